@@ -1,0 +1,6 @@
+"""DataModules (installed as ``fccolit.datamodules``)."""
+
+from fccolit.datamodules.base import FCCODataModule
+from fccolit.datamodules.synthetic import SyntheticBinaryDataModule
+
+__all__ = ["FCCODataModule", "SyntheticBinaryDataModule"]

@@ -1,0 +1,81 @@
+"""What every fccolit DataModule shares: sizes for the model, and a resumable rank-aware training sampler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch import LightningDataModule
+from torch.utils.data import DataLoader, Dataset
+
+from fccolit.data import identity_collate
+from fccolit.samplers import RankAwareBatchSampler, SequentialShardSampler
+
+
+class FCCODataModule(LightningDataModule):
+    """Base DataModule.
+
+    Subclasses fill :attr:`sizes` in ``__init__`` (cheaply: from generated data or a metadata cache), so the
+    CLI can link them to the model before ``setup`` (``data_sizes`` of the algorithm: state rows, input widths),
+    and implement :meth:`build_train_sampler` plus the ``*_dataset`` attributes in ``setup``.
+
+    The training sampler's position is saved in checkpoints (:meth:`state_dict`), so a run resumed from a
+    checkpoint written mid-epoch continues with exactly the batches the interrupted run would have seen.
+    """
+
+    def __init__(self, num_workers: int = 0, eval_batch_size: int = 1024) -> None:
+        super().__init__()
+        self.num_workers = num_workers
+        self.eval_batch_size = eval_batch_size
+        self.sizes: dict[str, int] = {}
+        self.train_dataset: Dataset | None = None
+        self.val_dataset: Dataset | None = None
+        self.test_dataset: Dataset | None = None
+        self._train_sampler: RankAwareBatchSampler | None = None
+        self._sampler_state: dict[str, int] | None = None
+
+    # ------------------------------------------------------------------ to implement
+    def build_train_sampler(self) -> RankAwareBatchSampler:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ loaders
+    def _loader(self, dataset: Dataset | None, batch_sampler: Any, stage: str) -> DataLoader:
+        if dataset is None:
+            raise RuntimeError(f"{type(self).__name__} has no {stage} data: call setup() first")
+        return DataLoader(
+            dataset,
+            batch_sampler=batch_sampler,
+            collate_fn=identity_collate,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        if self._train_sampler is None:
+            self._train_sampler = self.build_train_sampler()
+        if self._sampler_state is not None:
+            self._train_sampler.load_state_dict(self._sampler_state)
+            self._sampler_state = None
+        return self._loader(self.train_dataset, self._train_sampler, "training")
+
+    def _eval_loader(self, dataset: Dataset | None, stage: str) -> DataLoader:
+        size = len(dataset) if dataset is not None else 0
+        return self._loader(dataset, SequentialShardSampler(size, self.eval_batch_size), stage)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.val_dataset, "validation")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.test_dataset, "test")
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.test_dataset, "predict")
+
+    # ------------------------------------------------------------------ checkpointing of the stream position
+    def state_dict(self) -> dict[str, Any]:
+        if self._train_sampler is None or self.trainer is None:
+            return {}
+        consumed = self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {"train_sampler": self._train_sampler.state_dict(batches_consumed=consumed)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._sampler_state = state_dict.get("train_sampler")

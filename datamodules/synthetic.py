@@ -1,0 +1,92 @@
+"""Generated data that needs no download: the quickstart default and the test workhorse."""
+
+from __future__ import annotations
+
+import torch
+
+from fccolit.data import TensorDictDataset
+from fccolit.samplers import DualSampler, RankAwareBatchSampler
+
+from fccolit.datamodules.base import FCCODataModule
+
+
+def make_imbalanced_binary(
+    num_samples: int, num_features: int, pos_fraction: float, noise: float, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gaussian features; the positives are the top ``pos_fraction`` of a noisy, mildly non-linear score.
+
+    Returns ``x [N, D]`` float32 and ``y [N]`` long in {0, 1} with exactly ``round(pos_fraction · N)`` positives.
+    """
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(num_samples, num_features, generator=g)
+    direction = torch.randn(num_features, generator=g)
+    direction /= direction.norm()
+    latent = x @ direction + 0.5 * torch.tanh(x[:, 0] * x[:, 1 % num_features]) + noise * torch.randn(num_samples, generator=g)
+    num_pos = max(1, round(pos_fraction * num_samples))
+    y = torch.zeros(num_samples, dtype=torch.long)
+    y[torch.topk(latent, num_pos).indices] = 1
+    return x, y
+
+
+class SyntheticBinaryDataModule(FCCODataModule):
+    """Imbalanced binary classification on generated Gaussian data (no files, no download).
+
+    Batch fields: ``x`` ``[B, D]``, ``y`` ``[B]``, ``index`` ``[B]`` (row in its split), ``pos_index`` ``[B]``
+    (row among the training positives, −1 for negatives; the AP state is indexed by it).
+
+    Args:
+        num_samples: rows generated in total (split into train / validation / test).
+        num_features: D.
+        pos_fraction: share of positives (the same in every split).
+        noise: label noise of the latent score (larger: harder problem).
+        val_fraction, test_fraction: shares of the validation and test splits.
+        batch_size: global training batch size.
+        num_positives: positives per training batch (dual sampler).
+        seed: seeds the data and the sampler.
+    """
+
+    def __init__(
+        self,
+        num_samples: int = 20_000,
+        num_features: int = 20,
+        pos_fraction: float = 0.05,
+        noise: float = 0.5,
+        val_fraction: float = 0.2,
+        test_fraction: float = 0.2,
+        batch_size: int = 64,
+        num_positives: int = 16,
+        seed: int = 0,
+        num_workers: int = 0,
+        eval_batch_size: int = 1024,
+    ) -> None:
+        super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
+        if not 0.0 < pos_fraction < 1.0:
+            raise ValueError(f"pos_fraction must be in (0, 1), got {pos_fraction}")
+        if val_fraction + test_fraction >= 1.0:
+            raise ValueError("val_fraction + test_fraction must leave data for training")
+        self.batch_size, self.num_positives, self.seed = batch_size, num_positives, seed
+        x, y = make_imbalanced_binary(num_samples, num_features, pos_fraction, noise, seed)
+        perm = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + 1))
+        n_val, n_test = round(val_fraction * num_samples), round(test_fraction * num_samples)
+        parts = {"val": perm[:n_val], "test": perm[n_val : n_val + n_test], "train": perm[n_val + n_test :]}
+        self._splits = {name: self._fields(x[idx], y[idx]) for name, idx in parts.items()}
+        train_y = self._splits["train"]["y"]
+        self.sizes = {
+            "num_samples": int(train_y.numel()),
+            "num_positives": int(train_y.sum()),
+            "num_features": num_features,
+        }
+
+    @staticmethod
+    def _fields(x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        pos_index = torch.full_like(y, -1)
+        pos_index[y == 1] = torch.arange(int(y.sum()))
+        return {"x": x, "y": y, "index": torch.arange(y.numel()), "pos_index": pos_index}
+
+    def setup(self, stage: str | None = None) -> None:
+        self.train_dataset = TensorDictDataset(**self._splits["train"])
+        self.val_dataset = TensorDictDataset(**self._splits["val"])
+        self.test_dataset = TensorDictDataset(**self._splits["test"])
+
+    def build_train_sampler(self) -> RankAwareBatchSampler:
+        return DualSampler(self._splits["train"]["y"], self.batch_size, self.num_positives, seed=self.seed)

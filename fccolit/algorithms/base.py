@@ -1,0 +1,218 @@
+"""The LightningModule every FCCO algorithm derives from.
+
+One training step of every algorithm in fccolit is::
+
+    scores  = model(batch)                                  # forward
+    inner   = objective.inner(scores, batch)                # ĝ_i(w) for the outer indices i of the batch
+    u       = update_state(inner)                           # the algorithm's rule (EMA, MSVR, decay, ...)
+    loss    = mean_i ⟨ stop_grad(∇f_i(u_i)), ĝ_i(w) ⟩       # its gradient is the compositional estimator
+    manual_backward(loss); clip; optimizer.step(); scheduler.step()
+
+What differs between papers is :meth:`FCCOModule.update_state` (and, for double-loop methods, what happens
+every K steps). The scalar ``loss`` is a surrogate whose gradient is right; its value means nothing, so it is
+never logged. The module logs ``train/objective``, the plug-in estimate ``mean_i f_i(u_i)`` of F, and the
+validation / test metrics as ``{stage}/{metric}`` (``val/ap``, ``val/ndcg@10``, ``test/pauc_0.05_0.5``, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import torch
+from lightning.pytorch import LightningModule
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from torch import nn
+from torchmetrics import MeanMetric
+
+from fccolit import distributed
+from fccolit.metrics import build_metric, metric_kind
+from fccolit.objectives.base import FCCOObjective, InnerBatch
+from fccolit.state import IndexedState, StateUpdate
+
+OptimizerFactory = OptimizerCallable
+SchedulerFactory = LRSchedulerCallable
+
+
+def _metric_key(name: str) -> str:
+    """ModuleDict keys cannot hold '.', logged names can."""
+    return name.replace(".", "_").replace("@", "_at_")
+
+
+class FCCOModule(LightningModule):
+    """Base LightningModule of the FCCO algorithms (manual optimization).
+
+    Args:
+        model: the backbone, any ``nn.Module`` mapping ``batch[input_key]`` to scores ``[B]``.
+        objective: the problem (an :class:`~fccolit.objectives.FCCOObjective`).
+        optimizer: a callable ``params -> Optimizer`` (in YAML: ``class_path`` / ``init_args`` of any torch or
+            fccolit optimizer). None: the algorithm's paper default (:meth:`default_optimizer`).
+        scheduler: a callable ``optimizer -> LR scheduler``, stepped explicitly every ``scheduler_interval``.
+        scheduler_interval: ``"step"`` or ``"epoch"``.
+        data_sizes: the DataModule's ``sizes`` (linked by the CLI): state rows and model input widths.
+        metrics: names logged at validation and test (default: the objective's ``default_metrics``).
+        gradient_clip_val: clip gradients to this value (None: no clipping).
+        gradient_clip_algorithm: ``"norm"`` or ``"value"``.
+        state_dtype: dtype of the per-index state (``"float32"``; ``"float64"`` for exactness checks).
+    """
+
+    input_key = "x"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: FCCOObjective,
+        optimizer: OptimizerFactory | None = None,
+        scheduler: SchedulerFactory | None = None,
+        scheduler_interval: str = "step",
+        data_sizes: dict[str, int] | None = None,
+        metrics: Sequence[str] | None = None,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str = "norm",
+        state_dtype: str = "float32",
+    ) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        if scheduler_interval not in ("step", "epoch"):
+            raise ValueError(f"scheduler_interval must be 'step' or 'epoch', got {scheduler_interval!r}")
+        self.model = model
+        self.objective = objective
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.scheduler_interval = scheduler_interval
+        self.data_sizes = {k: int(v) for k, v in (data_sizes or {}).items()}
+        self.gradient_clip_val = gradient_clip_val
+        self.gradient_clip_algorithm = gradient_clip_algorithm
+        self.state_dtype = getattr(torch, state_dtype)
+        if self.data_sizes and hasattr(model, "bind_sizes"):
+            model.bind_sizes(self.data_sizes)
+        self.metric_names = list(metrics) if metrics is not None else list(objective.default_metrics)
+        self.metrics = nn.ModuleDict(
+            {
+                stage: nn.ModuleDict({_metric_key(n): build_metric(n) for n in self.metric_names})
+                for stage in ("val", "test")
+            }
+        )
+        self.train_objective = MeanMetric()
+        self.configure_state()
+        self.save_hyperparameters(ignore=["model", "objective", "optimizer", "scheduler"])
+
+    # ------------------------------------------------------------------ hooks for algorithms
+    def configure_state(self) -> None:
+        """Create the per-index state. Default: one :class:`IndexedState` sized by the objective."""
+        self.state = self.make_state(self.objective.inner_dim, name="u")
+
+    def make_state(self, dim: int, name: str, rows_key: str | None = None, **kwargs: Any) -> IndexedState:
+        """An :class:`IndexedState` with the objective's rows (or ``data_sizes[rows_key]``) and Ω."""
+        if not self.data_sizes:
+            raise ValueError(
+                f"{type(self).__name__} needs data_sizes to size its per-index state: run it through the fccolit CLI "
+                "(which links them from the DataModule) or pass data_sizes=datamodule.sizes."
+            )
+        rows = self.data_sizes[rows_key] if rows_key else self.objective.num_rows(self.data_sizes)
+        lower, upper = self.objective.state_bounds(self.data_sizes)
+        return IndexedState(rows, dim, lower=lower, upper=upper, dtype=self.state_dtype, name=name, **kwargs)
+
+    def default_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        """The paper's optimizer when none is configured."""
+        from fccolit.optim import Momentum
+
+        return Momentum(params, lr=1e-3, momentum_weight=0.1)
+
+    def update_state(self, inner: InnerBatch, synced: bool) -> tuple[torch.Tensor, StateUpdate]:
+        """Apply the algorithm's state rule; return (u used in ∇f, the update record)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ forward and the shared step
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Scores of a batch, ``[B]``."""
+        return self.model(batch[self.input_key])
+
+    def objective_inputs(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], bool]:
+        """Scores and batch the objective sees: the global batch (gathered with gradient) when it needs one."""
+        if self.objective.needs_global_batch and distributed.is_distributed():
+            gathered = {k: distributed.all_gather_equal(batch[k]) for k in self.objective.batch_fields}
+            return distributed.all_gather_with_grad(scores), gathered, True
+        return scores, batch, False
+
+    def compositional_loss(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The surrogate scalar whose gradient is the algorithm's estimator (also updates the state)."""
+        scores, obj_batch, synced = self.objective_inputs(scores, batch)
+        inner = self.objective.inner(scores, obj_batch)
+        if inner.index.numel() == 0:  # no outer index in this batch: a zero step that keeps DDP in lockstep
+            return scores.sum() * 0.0
+        u, record = self.update_state(inner, synced)
+        weight = self.objective.outer_grad(u, inner.context).detach().to(inner.value.dtype)
+        with torch.no_grad():
+            self.train_objective.update(self.objective.outer(record.current, inner.context))
+        return (weight * inner.value).sum(-1).mean()
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        loss = self.compositional_loss(self(batch), batch)
+        self.optimization_step(loss)
+
+    def optimization_step(self, loss: torch.Tensor) -> None:
+        """zero_grad → manual_backward → clip → step → (scheduler) → log the objective estimate and lr."""
+        opt = self.optimizers()
+        opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        if self.gradient_clip_val:
+            self.clip_gradients(
+                opt, gradient_clip_val=self.gradient_clip_val, gradient_clip_algorithm=self.gradient_clip_algorithm
+            )
+        opt.step()
+        scheduler = self.lr_schedulers()
+        if scheduler is not None and self.scheduler_interval == "step":
+            scheduler.step()
+        self.log("train/objective", self.train_objective, on_step=True, on_epoch=True, prog_bar=True)
+        self.log("train/lr", opt.param_groups[0]["lr"], on_step=True, on_epoch=False)
+
+    def on_train_epoch_end(self) -> None:
+        scheduler = self.lr_schedulers()
+        if scheduler is not None and self.scheduler_interval == "epoch":
+            scheduler.step()
+
+    def configure_optimizers(self) -> Any:
+        params = [p for p in self.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError(f"{type(self).__name__}: the model has no trainable parameters")
+        opt = self.optimizer_factory(params) if self.optimizer_factory else self.default_optimizer(params)
+        if self.scheduler_factory is None:
+            return opt
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt)}}
+
+    # ------------------------------------------------------------------ evaluation (never touches the state)
+    def update_metric(self, metric: nn.Module, name: str, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
+        if metric_kind(name) == "ranking":
+            metric.update(scores, batch["relevance"], batch.get("mask"))
+        else:
+            metric.update(scores.reshape(-1), batch["y"].reshape(-1))
+
+    def _eval_step(self, stage: str, batch: dict[str, torch.Tensor]) -> None:
+        scores = self(batch)
+        for name in self.metric_names:
+            self.update_metric(self.metrics[stage][_metric_key(name)], name, scores, batch)
+
+    def _eval_epoch_end(self, stage: str) -> None:
+        sanity = self.trainer is not None and self.trainer.sanity_checking
+        for name in self.metric_names:
+            metric = self.metrics[stage][_metric_key(name)]
+            if not sanity:  # two sanity batches need not hold both classes: do not judge them
+                self.log(f"{stage}/{name}", metric.compute(), prog_bar=stage == "val")
+            metric.reset()
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step("val", batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step("test", batch)
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self(batch)

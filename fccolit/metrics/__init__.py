@@ -1,0 +1,113 @@
+"""torchmetrics Metrics for ranking (NDCG@k, full-ranking NDCG@k) and binary classification (AP, AUROC,
+partial AUC on an FPR range), exact under DDP (sum/count or cat states), plus :func:`build_metric` to turn a
+logged metric name into a Metric.
+
+Metric names (case-insensitive; a leading ``"<split>/"`` such as ``"val/"`` is ignored):
+
+======================  ===============================================  =========
+name                    metric                                           kind
+======================  ===============================================  =========
+``ndcg``                ``NDCG(k=None)`` (full list)                     ranking
+``ndcg@K``              ``NDCG(k=K)``, e.g. ``ndcg@10``                  ranking
+``ap``                  ``AveragePrecision()``                           binary
+``auroc``               ``AUROC()``                                      binary
+``pauc_A_B``            ``PartialAUC(A, B, "normalized")``               binary
+``pauc_A_B_raw``        ``PartialAUC(A, B, "raw")``                      binary
+``pauc_0_B_mcclish``    ``PartialAUC(0, B, "mcclish")``                  binary
+======================  ===============================================  =========
+
+``A`` and ``B`` are decimal numbers, e.g. ``pauc_0.05_0.5``; ``pauc_A_B_normalized`` is also accepted.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torchmetrics
+
+from fccolit.metrics.classification import (
+    AUROC,
+    AveragePrecision,
+    PartialAUC,
+    auroc,
+    average_precision,
+    partial_auc,
+    partial_auc_sorted_negatives,
+)
+from fccolit.metrics.ranking import NDCG, FullRankingNDCG, full_ranking_ndcg, ndcg_at_k
+
+__all__ = [
+    "NDCG",
+    "FullRankingNDCG",
+    "ndcg_at_k",
+    "full_ranking_ndcg",
+    "AveragePrecision",
+    "AUROC",
+    "PartialAUC",
+    "average_precision",
+    "auroc",
+    "partial_auc",
+    "partial_auc_sorted_negatives",
+    "build_metric",
+    "metric_kind",
+]
+
+_NUM = r"(\d+(?:\.\d*)?|\.\d+)"
+_NDCG_RE = re.compile(r"ndcg(?:@(\d+))?")
+_PAUC_RE = re.compile(rf"pauc_{_NUM}_{_NUM}(?:_(normalized|raw|mcclish))?")
+
+_ACCEPTED = (
+    "accepted metric names: 'ndcg' (full list), 'ndcg@K' (K >= 1, e.g. 'ndcg@10'), 'ap', 'auroc', "
+    "'pauc_A_B' (normalized pAUC on FPR in [A, B], e.g. 'pauc_0.05_0.5'), 'pauc_A_B_raw', "
+    "'pauc_0_B_mcclish'; an optional '<split>/' prefix is ignored"
+)
+
+
+def _normalize_name(name: str) -> str:
+    if not isinstance(name, str):
+        raise ValueError(f"metric name must be a string, got {name!r}; {_ACCEPTED}")
+    return name.strip().lower().rsplit("/", 1)[-1]
+
+
+def _parse(name: str) -> tuple[str, dict]:
+    key = _normalize_name(name)
+    if key == "ap":
+        return "ap", {}
+    if key == "auroc":
+        return "auroc", {}
+    m = _NDCG_RE.fullmatch(key)
+    if m:
+        k = None if m.group(1) is None else int(m.group(1))
+        if k is not None and k < 1:
+            raise ValueError(f"unknown metric name {name!r}: the NDCG cut-off must be >= 1; {_ACCEPTED}")
+        return "ndcg", {"k": k}
+    m = _PAUC_RE.fullmatch(key)
+    if m:
+        lo, hi = float(m.group(1)), float(m.group(2))
+        normalization = m.group(3) or "normalized"
+        if not (0.0 <= lo < hi <= 1.0):
+            raise ValueError(f"unknown metric name {name!r}: pAUC needs 0 <= A < B <= 1; {_ACCEPTED}")
+        if normalization == "mcclish" and lo != 0.0:
+            raise ValueError(f"unknown metric name {name!r}: McClish pAUC needs A = 0; {_ACCEPTED}")
+        return "pauc", {"fpr_min": lo, "fpr_max": hi, "normalization": normalization}
+    raise ValueError(f"unknown metric name {name!r}; {_ACCEPTED}")
+
+
+def build_metric(name: str) -> torchmetrics.Metric:
+    """A fresh Metric for a logged metric name, e.g. ``"ndcg@10"`` -> ``NDCG(k=10)`` (see the module
+    docstring for every pattern). Raises ValueError, listing the accepted patterns, on an unknown name."""
+    family, kwargs = _parse(name)
+    if family == "ndcg":
+        return NDCG(**kwargs)
+    if family == "ap":
+        return AveragePrecision()
+    if family == "auroc":
+        return AUROC()
+    return PartialAUC(**kwargs)
+
+
+def metric_kind(name: str) -> str:
+    """``"ranking"`` for NDCG names (``update(preds[Q, L], target[Q, L], mask)``), ``"binary"`` for AP, AUROC
+    and pAUC names (``update(preds[N], target[N])``). Raises ValueError on an unknown name."""
+    family, _ = _parse(name)
+    return "ranking" if family == "ndcg" else "binary"

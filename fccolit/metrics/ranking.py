@@ -1,0 +1,472 @@
+"""Ranking metrics: NDCG@k on padded query lists and full-ranking NDCG@k for recommendation.
+
+Definitions (seed 000, eq. (1)):
+
+* gain ``G(y) = 2**y - 1`` (``gain="exp2"``, the papers' and allRank's choice) or ``G(y) = y``
+  (``gain="linear"``, torchmetrics' choice);
+* discount ``D(r) = 1 / log2(r + 1)`` for the 1-based rank ``r``, and ``D(r) = 0`` for ``r > k``;
+* ``DCG@k = sum_i G(y_i) * D(r_i)``; ``IDCG@k`` is the DCG@k of the query's own targets sorted in
+  decreasing order; ``NDCG@k = DCG@k / IDCG@k``.
+
+Everything is computed in float64 and vectorized over queries (sorts, cumulative sums and scatters on
+``[Q, L]`` tensors); no Python loop over queries. The functions run on whatever device their inputs are on.
+
+Relation to torchmetrics: ``RetrievalNormalizedDCG(top_k=k)`` uses a linear gain and averages discounts
+over tied groups exactly like ``ties="average"`` here, so ``ndcg_at_k(p, y, k)`` equals it when it is fed
+``target = 2**y - 1`` (tested). Its functional ``retrieval_normalized_dcg`` on a ``[Q, L]`` tensor flattens
+all queries into one ranking, which is not the per-query mean computed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torchmetrics
+from torch import Tensor
+
+__all__ = [
+    "ndcg_at_k",
+    "NDCG",
+    "full_ranking_ndcg",
+    "FullRankingNDCG",
+]
+
+_GAINS = ("exp2", "linear")
+_EMPTY = ("zero", "one", "skip")
+_TIES = ("average", "pessimistic", "optimistic")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------------------
+def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def _check_k(k: int | None) -> None:
+    if k is None:
+        return
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise ValueError(f"k must be a positive int or None (full list), got {k!r}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1 (or None for the full list), got k={k}")
+
+
+def _gain(y: Tensor, gain: str) -> Tensor:
+    """Gain of float64 relevance ``y``: ``2**y - 1`` or ``y``."""
+    if gain == "exp2":
+        return torch.exp2(y) - 1.0
+    return y
+
+
+def _discounts(length: int, k: int | None, device: torch.device) -> Tensor:
+    """``[length]`` float64 vector of ``1/log2(r+1)`` for ranks ``r = 1..length``, zero past ``k``."""
+    ranks = torch.arange(1, length + 1, device=device, dtype=torch.float64)
+    d = 1.0 / torch.log2(ranks + 1.0)
+    if k is not None and k < length:
+        d[k:] = 0.0
+    return d
+
+
+def _check_no_nan_scores(values: Tensor, what: str) -> None:
+    if values.is_floating_point():
+        n_nan = int(torch.isnan(values).sum())
+        if n_nan:
+            raise ValueError(
+                f"{what} contains {n_nan} NaN value(s) out of {values.numel()}: the model produced NaN scores "
+                "(diverged training or a NaN input). Metrics are undefined for NaN scores."
+            )
+
+
+def _apply_empty(value: Tensor, ideal: Tensor, empty: str) -> Tensor:
+    """Replace ``value`` where ``ideal == 0`` according to the ``empty`` policy."""
+    is_empty = ideal <= 0
+    fill = {"zero": 0.0, "one": 1.0, "skip": float("nan")}[empty]
+    return torch.where(is_empty, torch.full_like(value, fill), value)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# NDCG@k on padded [Q, L] lists
+# ----------------------------------------------------------------------------------------------------------
+def ndcg_at_k(
+    preds: Tensor,
+    target: Tensor,
+    k: int | None = None,
+    mask: Tensor | None = None,
+    gain: str = "exp2",
+    empty: str = "zero",
+    ties: str = "average",
+) -> Tensor:
+    """Per-query NDCG@k of padded score lists, vectorized over queries.
+
+    Args:
+        preds: ``[Q, L]`` scores; a higher score means ranked earlier. Only the order matters. Scores of
+            padded positions are ignored (they may be anything, including NaN or -inf).
+        target: ``[Q, L]`` relevance labels ``y >= 0`` (int or float, graded allowed). Padded positions are
+            ignored.
+        k: truncation depth (``>= 1``); ``None`` means the full list. ``k`` larger than a query's length is
+            the same as the full list.
+        mask: ``[Q, L]`` bool, ``True`` marks real items and ``False`` padding; ``None`` means every position
+            is real. Padded items are neither ranked nor part of the ideal ranking, so padding never
+            changes the value.
+        gain: ``"exp2"`` for ``G(y) = 2**y - 1`` (seed 000, allRank, LibAUC) or ``"linear"`` for
+            ``G(y) = y`` (torchmetrics, sklearn).
+        empty: what a query whose ideal DCG is 0 (no item with positive gain among its real items,
+            including a query with no real item at all) scores:
+
+            * ``"zero"``: 0 (torchmetrics' default ``empty_target_action="neg"``);
+            * ``"one"``: 1 (allRank / LightGBM convention);
+            * ``"skip"``: NaN, so that aggregators drop the query (``NDCG`` does; ``torch.nanmean`` does).
+        ties: how items with equal scores are ranked:
+
+            * ``"average"``: each item of a tied group gets the mean of the (k-truncated) discounts of the
+              positions the group occupies. This is exactly the expected NDCG under uniformly random
+              tie-breaking, and it is the tie handling of sklearn ``ndcg_score`` and torchmetrics
+              ``RetrievalNormalizedDCG``. A constant scorer therefore gets the NDCG of a random ranking.
+            * ``"pessimistic"``: within a tied group, items are placed in increasing order of gain
+              (relevant items last); this is the minimum of NDCG over tie-breaking orders.
+            * ``"optimistic"``: within a tied group, items are placed in decreasing order of gain; the
+              maximum over tie-breaking orders.
+
+    Returns:
+        ``[Q]`` float64 tensor of per-query NDCG@k in ``[0, 1]`` (NaN for empty queries under
+        ``empty="skip"``).
+
+    Raises:
+        ValueError: on shape mismatch, ``k < 1``, an unknown policy, NaN scores or NaN / negative relevance
+            on real items.
+    """
+    _check_choice("gain", gain, _GAINS)
+    _check_choice("empty", empty, _EMPTY)
+    _check_choice("ties", ties, _TIES)
+    _check_k(k)
+    if preds.ndim != 2:
+        raise ValueError(f"preds must have shape [Q, L] (queries x list length), got shape {tuple(preds.shape)}")
+    if target.shape != preds.shape:
+        raise ValueError(
+            f"preds and target must have the same shape [Q, L], got {tuple(preds.shape)} and {tuple(target.shape)}"
+        )
+    if mask is None:
+        mask = torch.ones_like(preds, dtype=torch.bool)
+    else:
+        if mask.shape != preds.shape:
+            raise ValueError(f"mask must have the shape of preds {tuple(preds.shape)}, got {tuple(mask.shape)}")
+        mask = mask.to(device=preds.device, dtype=torch.bool)
+    target = target.to(device=preds.device)
+
+    _check_no_nan_scores(preds[mask], "preds")
+    y = target.to(torch.float64)
+    y_real = y[mask]
+    if torch.isnan(y_real).any():
+        raise ValueError(f"target contains {int(torch.isnan(y_real).sum())} NaN relevance value(s) on real items")
+    if (y_real < 0).any():
+        raise ValueError(
+            "target must be >= 0 on real items (got a minimum of "
+            f"{float(y_real.min())}); mark padding with `mask` instead of negative labels"
+        )
+
+    n_queries, length = preds.shape
+    device = preds.device
+    if n_queries == 0:
+        return torch.zeros(0, dtype=torch.float64, device=device)
+    if length == 0:
+        return _apply_empty(
+            torch.zeros(n_queries, dtype=torch.float64, device=device),
+            torch.zeros(n_queries, dtype=torch.float64, device=device),
+            empty,
+        )
+
+    g = torch.where(mask, _gain(y, gain), torch.zeros_like(y))  # [Q, L], zero on padding
+    disc = _discounts(length, k, device)  # [L]
+
+    # Ranking order: real items first, by decreasing score; within ties, by gain for the pessimistic /
+    # optimistic policies. Lexicographic order via successive stable sorts (least significant key first).
+    p_clean = torch.where(mask, preds, torch.zeros_like(preds))  # NaN padding must not disturb the sort
+    order = torch.arange(length, device=device).expand(n_queries, length)
+    if ties != "average":
+        order = torch.sort(g, dim=1, descending=(ties == "optimistic"), stable=True).indices
+    idx = torch.sort(p_clean.gather(1, order), dim=1, descending=True, stable=True).indices
+    order = order.gather(1, idx)
+    idx = torch.sort((~mask).gather(1, order).to(torch.uint8), dim=1, stable=True).indices
+    order = order.gather(1, idx)
+
+    g_sorted = g.gather(1, order)
+    if ties == "average":
+        p_sorted = p_clean.gather(1, order)
+        m_sorted = mask.gather(1, order)
+        # a tie group starts where the score or the real/padding status changes
+        new_group = torch.ones_like(m_sorted)
+        new_group[:, 1:] = (p_sorted[:, 1:] != p_sorted[:, :-1]) | (m_sorted[:, 1:] != m_sorted[:, :-1])
+        group = torch.cumsum(new_group.to(torch.long), dim=1) - 1  # [Q, L], 0-based per query
+        flat_group = (group + torch.arange(n_queries, device=device).unsqueeze(1) * length).reshape(-1)
+        d_full = disc.expand(n_queries, length).reshape(-1)
+        group_sum = torch.zeros(n_queries * length, dtype=torch.float64, device=device)
+        group_sum.index_add_(0, flat_group, d_full)
+        group_cnt = torch.zeros(n_queries * length, dtype=torch.float64, device=device)
+        group_cnt.index_add_(0, flat_group, torch.ones_like(d_full))
+        d_eff = (group_sum / group_cnt.clamp_min(1.0))[flat_group].reshape(n_queries, length)
+    else:
+        d_eff = disc.expand(n_queries, length)
+    dcg = (g_sorted * d_eff).sum(dim=1)
+
+    ideal_gains = torch.sort(g, dim=1, descending=True).values
+    idcg = (ideal_gains * disc).sum(dim=1)
+    value = dcg / torch.where(idcg > 0, idcg, torch.ones_like(idcg))
+    return _apply_empty(value, idcg, empty)
+
+
+class NDCG(torchmetrics.Metric):
+    """Mean per-query NDCG@k over all queries seen, exact under DDP.
+
+    States: ``total`` (sum of per-query NDCG) and ``count`` (number of counted queries), both reduced with
+    ``sum`` across processes, so ``compute() = total / count`` is the global per-query mean whatever the
+    shard sizes. Queries skipped by ``empty="skip"`` add to neither. ``compute()`` with no counted query
+    returns NaN (no error).
+
+    Args:
+        k, gain, empty, ties: see :func:`ndcg_at_k`.
+
+    ``update(preds, target, mask=None)`` takes ``[Q, L]`` tensors as in :func:`ndcg_at_k`.
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    total: Tensor
+    count: Tensor
+
+    def __init__(
+        self,
+        k: int | None = None,
+        gain: str = "exp2",
+        empty: str = "zero",
+        ties: str = "average",
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        _check_k(k)
+        _check_choice("gain", gain, _GAINS)
+        _check_choice("empty", empty, _EMPTY)
+        _check_choice("ties", ties, _TIES)
+        self.k = k
+        self.gain = gain
+        self.empty = empty
+        self.ties = ties
+        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, preds: Tensor, target: Tensor, mask: Tensor | None = None) -> None:  # type: ignore[override]
+        values = ndcg_at_k(preds, target, k=self.k, mask=mask, gain=self.gain, empty=self.empty, ties=self.ties)
+        keep = ~torch.isnan(values)
+        self.total += torch.where(keep, values, torch.zeros_like(values)).sum().to(self.total.dtype)
+        self.count += keep.sum().to(self.count.dtype)
+
+    def compute(self) -> Tensor:
+        if self.count == 0:
+            return torch.tensor(float("nan"), dtype=torch.float64, device=self.total.device)
+        return self.total / self.count
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Full-ranking NDCG@k for recommendation
+# ----------------------------------------------------------------------------------------------------------
+def _full_ranking_ndcg_multi(
+    scores: Tensor,
+    heldout_items: Tensor,
+    heldout_relevance: Tensor,
+    exclude_items: Tensor | None,
+    ks: Sequence[int],
+    gain: str,
+) -> tuple[Tensor, Tensor]:
+    """Shared core: returns (``[len(ks), U]`` NDCG@k before the empty policy, ``[len(ks), U]`` IDCG@k)."""
+    if scores.ndim != 2:
+        raise ValueError(f"scores must have shape [U, I] (users x all items), got {tuple(scores.shape)}")
+    n_users, n_items = scores.shape
+    if heldout_items.ndim != 2 or heldout_items.shape[0] != n_users:
+        raise ValueError(
+            f"heldout_items must have shape [U, H] with U={n_users}, got {tuple(heldout_items.shape)}"
+        )
+    if heldout_relevance.shape != heldout_items.shape:
+        raise ValueError(
+            "heldout_relevance must have the shape of heldout_items "
+            f"{tuple(heldout_items.shape)}, got {tuple(heldout_relevance.shape)}"
+        )
+    if exclude_items is not None and (exclude_items.ndim != 2 or exclude_items.shape[0] != n_users):
+        raise ValueError(
+            f"exclude_items must have shape [U, E] with U={n_users}, got {tuple(exclude_items.shape)}"
+        )
+    for k in ks:
+        _check_k(k)
+    _check_no_nan_scores(scores, "scores")
+    device = scores.device
+    heldout_items = heldout_items.to(device=device, dtype=torch.long)
+    for name, items in (("heldout_items", heldout_items), ("exclude_items", exclude_items)):
+        if items is not None and items.numel() and (int(items.max()) >= n_items or int(items.min()) < -1):
+            raise ValueError(
+                f"{name} must hold item ids in [0, {n_items}) or -1 for padding, "
+                f"got values in [{int(items.min())}, {int(items.max())}]"
+            )
+
+    valid = heldout_items >= 0
+    rel = heldout_relevance.to(device=device, dtype=torch.float64)
+    rel_valid = rel[valid]
+    if torch.isnan(rel_valid).any() or (rel_valid < 0).any():
+        raise ValueError("heldout_relevance must be >= 0 and not NaN on non-padded entries")
+    g = torch.where(valid, _gain(rel, gain), torch.zeros_like(rel))  # [U, H]
+    safe_items = heldout_items.clamp_min(0)
+
+    # Dense gain table [U, I] (padded held-out entries write a harmless 0 with amax; gains are >= 0).
+    gain_table = torch.zeros(n_users, n_items, dtype=torch.float64, device=device)
+    gain_table.scatter_reduce_(1, safe_items, g, reduce="amax")
+
+    ranked = scores
+    if exclude_items is not None and exclude_items.numel():
+        exclude_items = exclude_items.to(device=device, dtype=torch.long)
+        ex_valid = exclude_items >= 0
+        ranked = scores.clone()
+        # amin with -inf removes an excluded item; padded entries write +inf, a no-op under amin
+        inf = torch.full(exclude_items.shape, float("inf"), dtype=scores.dtype, device=device)
+        ranked.scatter_reduce_(1, exclude_items.clamp_min(0), torch.where(ex_valid, -inf, inf), reduce="amin")
+        # held-out items are evaluation targets: never excluded, even when listed in exclude_items
+        # (amax with the item's own score restores it; padded entries write -inf, a no-op)
+        own = scores.gather(1, safe_items)
+        ranked.scatter_reduce_(
+            1, safe_items, torch.where(valid, own, torch.full_like(own, float("-inf"))), reduce="amax"
+        )
+
+    k_max = min(max(ks), n_items)
+    if k_max == 0:
+        z = torch.zeros(len(ks), n_users, dtype=torch.float64, device=device)
+        return z, z.clone()
+    top = torch.topk(ranked, k_max, dim=1, largest=True, sorted=True)
+    top_gain = gain_table.gather(1, top.indices)  # [U, k_max]
+    # excluded items (-inf) reach the top k only when fewer than k items remain; they carry gain 0
+    disc = _discounts(k_max, None, device)
+    dcg_cum = torch.cumsum(top_gain * disc, dim=1)  # [U, k_max]
+
+    h = g.shape[1]
+    if h:
+        ideal = torch.sort(g, dim=1, descending=True).values
+        idisc = _discounts(h, None, device)
+        idcg_cum = torch.cumsum(ideal * idisc, dim=1)  # [U, H]
+    values, ideals = [], []
+    for k in ks:
+        kk = min(k, n_items)
+        dcg = dcg_cum[:, kk - 1]
+        if h:
+            idcg = idcg_cum[:, min(k, h) - 1]
+        else:
+            idcg = torch.zeros(n_users, dtype=torch.float64, device=device)
+        values.append(dcg / torch.where(idcg > 0, idcg, torch.ones_like(idcg)))
+        ideals.append(idcg)
+    return torch.stack(values), torch.stack(ideals)
+
+
+def full_ranking_ndcg(
+    scores: Tensor,
+    heldout_items: Tensor,
+    heldout_relevance: Tensor,
+    exclude_items: Tensor | None = None,
+    k: int = 10,
+    gain: str = "exp2",
+    empty: str = "zero",
+) -> Tensor:
+    """Per-user NDCG@k of a full ranking over all items (the recommender "all-ranking" protocol).
+
+    Every item the user has not trained on is ranked by its score; the held-out (test or validation)
+    items are the relevant ones. ``DCG@k = sum over the top k of G(rel) / log2(rank + 1)``, where items that
+    are not held out have gain 0, and ``IDCG@k`` is the DCG@k of the user's held-out relevances sorted in
+    decreasing order. With one held-out item of relevance 1 this is ``1[rank <= k] / log2(1 + rank)``.
+
+    Args:
+        scores: ``[U, I]`` dense scores of a chunk of ``U`` users over ALL ``I`` items. Feed large user sets
+            in chunks; nothing larger than ``[U, I]`` is built (one clone of ``scores`` when
+            ``exclude_items`` is given, a float64 gain table, and ``topk`` outputs).
+        heldout_items: ``[U, H]`` long item ids in ``[0, I)``, padded with ``-1``. Ids must be distinct per user.
+        heldout_relevance: ``[U, H]`` relevance ``>= 0`` of the held-out items; padded entries are ignored.
+        exclude_items: optional ``[U, E]`` long item ids padded with ``-1``: the user's training items. They
+            are removed from the ranking (score set to ``-inf``) so they never occupy a top-k slot; a
+            held-out item listed here is nevertheless kept in the ranking with its own score.
+        k: cut-off (``>= 1``); a ``k`` larger than ``I`` is the full list.
+        gain: ``"exp2"`` (``2**rel - 1``) or ``"linear"`` (``rel``).
+        empty: users without held-out relevance (IDCG 0) score 0 (``"zero"``), 1 (``"one"``) or NaN
+            (``"skip"``).
+
+    Ties: the top k is taken with ``torch.topk``, so items with equal scores are ordered however
+    ``topk`` happens to order them (implementation-defined, may differ between CPU and CUDA). No tie
+    averaging is done; models with continuous scores rarely tie. Excluded items (``-inf``) can only enter
+    the top k when fewer than k items remain, and they never carry gain.
+
+    Returns:
+        ``[U]`` float64 tensor of NDCG@k.
+    """
+    _check_choice("gain", gain, _GAINS)
+    _check_choice("empty", empty, _EMPTY)
+    _check_k(k)
+    values, ideals = _full_ranking_ndcg_multi(scores, heldout_items, heldout_relevance, exclude_items, (k,), gain)
+    return _apply_empty(values[0], ideals[0], empty)
+
+
+class FullRankingNDCG(torchmetrics.Metric):
+    """Mean per-user full-ranking NDCG@k for several cut-offs at once, exact under DDP.
+
+    Call ``update(scores, heldout_items, heldout_relevance, exclude_items=None)`` once per chunk of users
+    (``scores`` is ``[U_chunk, I]``: all items for the users of the chunk; see :func:`full_ranking_ndcg`);
+    one ``topk`` with the largest cut-off serves every ``k``. States: ``total`` (``[len(ks)]`` sums of
+    per-user NDCG) and ``count`` (number of counted users), both summed across processes.
+    ``compute()`` returns ``{k: value}``; with no counted user every value is NaN.
+
+    Args:
+        ks: cut-offs, e.g. ``(10, 20, 50)``.
+        gain: ``"exp2"`` or ``"linear"``.
+        empty: users without held-out relevance count as 0 (``"zero"``, default), 1 (``"one"``) or are not
+            counted (``"skip"``).
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    total: Tensor
+    count: Tensor
+
+    def __init__(self, ks: Sequence[int] = (10,), gain: str = "exp2", empty: str = "zero", **kwargs) -> None:
+        super().__init__(**kwargs)
+        if isinstance(ks, int):
+            ks = (ks,)
+        ks = tuple(ks)
+        if not ks:
+            raise ValueError("ks must contain at least one cut-off")
+        for k in ks:
+            _check_k(k)
+        _check_choice("gain", gain, _GAINS)
+        _check_choice("empty", empty, _EMPTY)
+        self.ks = ks
+        self.gain = gain
+        self.empty = empty
+        self.add_state("total", default=torch.zeros(len(ks), dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(  # type: ignore[override]
+        self,
+        scores: Tensor,
+        heldout_items: Tensor,
+        heldout_relevance: Tensor,
+        exclude_items: Tensor | None = None,
+    ) -> None:
+        values, ideals = _full_ranking_ndcg_multi(
+            scores, heldout_items, heldout_relevance, exclude_items, self.ks, self.gain
+        )
+        values = _apply_empty(values, ideals, self.empty)  # [K, U]
+        keep = ~torch.isnan(values[0])
+        self.total += torch.where(keep, values, torch.zeros_like(values)).sum(dim=1).to(self.total.dtype)
+        self.count += keep.sum().to(self.count.dtype)
+
+    def compute(self) -> dict[int, Tensor]:
+        if self.count == 0:
+            nan = torch.tensor(float("nan"), dtype=torch.float64, device=self.total.device)
+            return {k: nan.clone() for k in self.ks}
+        return {k: self.total[i] / self.count for i, k in enumerate(self.ks)}

@@ -1,0 +1,93 @@
+"""Scorers on feature vectors: a linear model (the papers' LIBSVM experiments) and an MLP."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+
+class SizedModel(nn.Module):
+    """A backbone whose input width can come from the data.
+
+    The algorithm module calls :meth:`bind_sizes` with the DataModule's ``sizes`` (linked by the CLI). A model
+    built with ``in_features=None`` creates its layers then; one built with an explicit width checks that the
+    data agrees and otherwise names both numbers.
+    """
+
+    size_key = "num_features"
+
+    def __init__(self, in_features: int | None) -> None:
+        super().__init__()
+        self.in_features = in_features
+        if in_features is not None:
+            self.build(int(in_features))
+
+    def build(self, in_features: int) -> None:
+        raise NotImplementedError
+
+    def bind_sizes(self, sizes: dict[str, int]) -> None:
+        if self.size_key not in sizes:
+            return
+        width = int(sizes[self.size_key])
+        if self.in_features is None:
+            self.in_features = width
+            self.build(width)
+        elif int(self.in_features) != width:
+            raise ValueError(
+                f"{type(self).__name__} was configured with in_features={self.in_features} but the data has "
+                f"{self.size_key}={width}: remove in_features from the model config (it is taken from the data) "
+                "or fix it."
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.in_features is None:
+            raise RuntimeError(
+                f"{type(self).__name__} has no layers yet: pass in_features, or build it through an fccolit module "
+                "with the DataModule's sizes."
+            )
+        return self.net(x).squeeze(-1)
+
+
+class LinearScorer(SizedModel):
+    """``s(x) = ⟨w, x⟩ + b``. Input ``[B, in_features]``, output ``[B]``."""
+
+    def __init__(self, in_features: int | None = None, bias: bool = True) -> None:
+        self.bias = bias
+        super().__init__(in_features)
+
+    def build(self, in_features: int) -> None:
+        self.net = nn.Linear(in_features, 1, bias=self.bias)
+
+
+class MLP(SizedModel):
+    """Multi-layer perceptron scorer. Input ``[B, in_features]``, output ``[B]`` (or ``[B, out_features]``).
+
+    Args:
+        in_features: input width (None: taken from the data).
+        hidden: widths of the hidden layers.
+        out_features: 1 for a scorer.
+        dropout: dropout after each hidden activation.
+    """
+
+    def __init__(
+        self,
+        in_features: int | None = None,
+        hidden: Sequence[int] = (64,),
+        out_features: int = 1,
+        dropout: float = 0.0,
+    ) -> None:
+        self.hidden, self.out_features, self.dropout = tuple(hidden), out_features, dropout
+        super().__init__(in_features)
+
+    def build(self, in_features: int) -> None:
+        layers: list[nn.Module] = []
+        width = in_features
+        for h in self.hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            if self.dropout:
+                layers.append(nn.Dropout(self.dropout))
+            width = h
+        layers.append(nn.Linear(width, self.out_features))
+        self.net = nn.Sequential(*layers)

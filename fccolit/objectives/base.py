@@ -1,0 +1,90 @@
+"""The FCCO problem description shared by every algorithm.
+
+An objective is ``F(w) = (1/n) Σ_i f_i(g_i(w))`` with an inner value ``g_i ∈ R^{d'}`` that is an average over a
+large set tied to the outer index ``i``. An objective says three things, and nothing about how it is solved:
+
+* :meth:`FCCOObjective.inner`: from the scores of a batch, the outer indices present and a differentiable
+  mini-batch estimate ``ĝ_i(w) ∈ R^{d'}`` for each of them (plus per-row context that ``f_i`` needs);
+* :meth:`FCCOObjective.outer` / :meth:`FCCOObjective.outer_grad`: ``f_i(u)`` and ``∇f_i(u)``;
+* :meth:`FCCOObjective.exact_value`: the true ``F`` when the batch holds all the data (tests, validation).
+
+Any algorithm (SOX, SOAP, MOAP, ...) then forms ``mean_i stop_grad(∇f_i(u_i)) · ĝ_i(w)`` and steps on it. A user
+with a new task writes one objective and gets every algorithm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+
+@dataclass
+class InnerBatch:
+    """The inner estimates of one batch.
+
+    Attributes:
+        index: ``[B1]`` long, outer indices (rows of the per-index state).
+        value: ``[B1, d']`` mini-batch estimate ĝ_i(w) of the inner value, differentiable w.r.t. the scores.
+        context: per-row tensors (first dimension B1) that ``f_i`` depends on (e.g. relevance, list size).
+    """
+
+    index: torch.Tensor
+    value: torch.Tensor
+    context: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class FCCOObjective(nn.Module):
+    """Base class of the FCCO problems. Subclasses set the class attributes and implement ``inner``/``outer``.
+
+    Class attributes:
+        inner_dim: d', the number of components of ``g_i``.
+        task: ``"binary"`` or ``"ranking"``, selects the default validation metrics and the batch fields.
+        state_rows: the DataModule size that counts the outer indices (a key of ``datamodule.sizes``).
+        needs_global_batch: the inner estimate of a row uses other rows' samples (e.g. AP: every sample of the
+            batch competes with every positive), so under DDP the scores are all-gathered with gradient and
+            every rank evaluates the objective on the global batch.
+        batch_fields: the batch fields ``inner`` reads (gathered across ranks when ``needs_global_batch``).
+        default_metrics: metric names logged at validation and test when the module is not told otherwise.
+    """
+
+    inner_dim: ClassVar[int] = 1
+    task: ClassVar[str] = "binary"
+    state_rows: ClassVar[str] = "num_samples"
+    needs_global_batch: ClassVar[bool] = False
+    batch_fields: ClassVar[tuple[str, ...]] = ()
+    default_metrics: ClassVar[tuple[str, ...]] = ()
+
+    def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+        raise NotImplementedError
+
+    def outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``f_i(u_i)`` for each row: ``u`` is ``[B1, d']``, returns ``[B1]``."""
+        raise NotImplementedError
+
+    def outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``∇f_i(u_i)``, ``[B1, d']``. The default differentiates :meth:`outer`; override with the closed form."""
+        with torch.enable_grad():
+            u = u.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(self.outer(u, context).sum(), u)
+        return grad
+
+    def state_bounds(self, sizes: dict[str, int]) -> tuple[object, object]:
+        """Projection box Ω for the state rows as ``(lower, upper)`` (None: no projection)."""
+        return None, None
+
+    def num_rows(self, sizes: dict[str, int]) -> int:
+        """Number of outer indices, read from the DataModule's sizes."""
+        if self.state_rows not in sizes:
+            raise KeyError(
+                f"{type(self).__name__} keeps one state row per '{self.state_rows}', but the DataModule sizes only "
+                f"have {sorted(sizes)}: use a DataModule that provides it, or pass data_sizes explicitly."
+            )
+        return int(sizes[self.state_rows])
+
+    def exact_value(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """True ``F`` when ``batch`` is the whole data set (every outer index and its whole inner set)."""
+        inner = self.inner(scores, batch)
+        return self.outer(inner.value, inner.context).mean()

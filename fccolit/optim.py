@@ -1,0 +1,443 @@
+"""Momentum and Adam-type optimizers in the convention of the FCCO / X-risk papers.
+
+Every compositional method in fccolit (SOX, SOAP, MOAP, ADAP, SONG, SONEX, ALEXR2, ...) builds a
+stochastic gradient estimator ``G_t`` (usually as the gradient of a surrogate loss whose ``.backward()``
+fills ``p.grad``) and then takes either a *momentum* step or an *Adam-type* step on it.  The two
+optimizers below implement exactly those steps, written the way the papers write them.
+
+Convention: the weight multiplies the new sample
+=================================================
+Every ``*_weight`` hyper-parameter here (and every β in the papers) is the weight of the **new** sample
+in an exponential moving average::
+
+    new = (1 - β) * old + β * sample
+
+This is the opposite of ``torch.optim``'s ``momentum`` / ``betas``, which weight the *old* value.  So a
+paper β of 0.1 corresponds to a torch value of 0.9:
+
+====================================  =============================  ===========================================
+fccolit argument                      paper symbol                   torch equivalent
+====================================  =============================  ===========================================
+``Momentum.momentum_weight``          β (SOX, SONEX), β1 (MOAP)      ``SGD(lr=lr*β, momentum=1-β, dampening=0)``
+``AdaptiveMomentum.momentum_weight``  β1 (ADAP), β (SONEX)           ``Adam(betas=(1-β1, ·))``
+``AdaptiveMomentum.second_moment_``   β' (ADAP eq. (13), SONEX)      ``Adam(betas=(·, 1-β'))``
+``weight``
+``eps``                               δ (ADAP), ε_adam (SONEX)       ``Adam(eps=...)``
+====================================  =============================  ===========================================
+
+All hyper-parameters live in ``param_groups`` and are re-read at every step, so
+``torch.optim.lr_scheduler`` schedulers (for ``lr``) and hand-written schedules of the weights (for
+example the ``β_t = min(1, β_0/√t)`` schedule of the MOAP/ADAP linear experiments: assign
+``group["momentum_weight"]`` before ``step()``) take effect immediately.
+
+References: ``/work/shared/notes/seed-001-sox.md`` §2.1, ``seed-002-auprc.md`` §2.2–2.6 and
+``seed-004-nonsmooth-fcco.md`` §2.3.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+from torch.optim import Optimizer
+
+__all__ = ["Momentum", "AdaptiveMomentum", "SECOND_MOMENT_VARIANTS"]
+
+#: Accepted values of ``AdaptiveMomentum(second_moment=...)``: the four options of ADAP's eq. (13).
+SECOND_MOMENT_VARIANTS = ("adam", "amsgrad", "adagrad", "adabound")
+
+
+# --------------------------------------------------------------------------------------------------
+# validation helpers
+# --------------------------------------------------------------------------------------------------
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_lr(lr: Any) -> None:
+    if isinstance(lr, torch.Tensor):
+        if lr.numel() != 1:
+            raise ValueError(f"lr must be a scalar, got a tensor of shape {tuple(lr.shape)}")
+        lr = lr.item()
+    if not _is_number(lr) or not math.isfinite(lr) or lr < 0.0:
+        raise ValueError(f"Invalid learning rate: {lr!r} (need a finite lr >= 0)")
+
+
+def _check_weight(name: str, value: Any, symbol: str) -> None:
+    if not _is_number(value) or not (0.0 < value <= 1.0):
+        raise ValueError(
+            f"Invalid {name}: {value!r}. It is the paper's {symbol}, the weight of the NEW sample in "
+            f"'new = (1 - {symbol}) * old + {symbol} * sample', and must satisfy 0 < {symbol} <= 1 "
+            f"(torch's momentum/beta is 1 - {symbol})."
+        )
+
+
+def _check_weight_decay(weight_decay: Any) -> None:
+    if not _is_number(weight_decay) or not math.isfinite(weight_decay) or weight_decay < 0.0:
+        raise ValueError(f"Invalid weight_decay: {weight_decay!r} (need a finite value >= 0)")
+
+
+def _lr_value(lr: Any) -> float:
+    return lr.item() if isinstance(lr, torch.Tensor) else float(lr)
+
+
+def _grad_of(p: torch.Tensor, optimizer_name: str) -> torch.Tensor:
+    grad = p.grad
+    if grad.is_sparse:
+        raise RuntimeError(f"{optimizer_name} does not support sparse gradients")
+    return grad
+
+
+# --------------------------------------------------------------------------------------------------
+# Momentum
+# --------------------------------------------------------------------------------------------------
+class Momentum(Optimizer):
+    r"""Moving-average (heavy-ball) momentum in the papers' convention.
+
+    Update, for every parameter ``w`` with gradient estimator ``G = w.grad``::
+
+        G ← G + λ·w                         (coupled weight decay, if weight_decay=λ > 0)
+        v ← (1 − β)·v + β·G                 (v initialised to 0, so the first v is β·G)
+        w ← w − η·v
+
+    This is SOX's steps (3)–(4), MOAP's lines 7–8 (eq. (6)) and SONEX/ALEXR2's momentum-type update.
+    ``β = 1`` is plain SGD (``v = G``); SOAP (SGD) is this optimizer with ``momentum_weight=1``.
+
+    Args:
+        params: iterable of parameters or of parameter-group dicts.
+        lr: step size η (paper η in SOX/MOAP/SONEX; α in ALEXR2). No default: the papers tune it.
+        momentum_weight: β, the weight of the **new** gradient (paper β in SOX and SONEX, β1 in MOAP,
+            β with β0 = β1 tied in the proofs of MOAP/ADAP). Must satisfy ``0 < β <= 1``. Default 0.1:
+            the value recommended for the library by the SOX notes (§3.4: the paper's best values were
+            0.1 and 0.5); this default is a library choice, not a value the theory prescribes.
+        weight_decay: λ ≥ 0 (default 0). Coupled (default) decay adds ``λ·w`` to ``G`` before the
+            moving average, i.e. it optimises ``F(w) + (λ/2)‖w‖²`` (the regulariser of SOX's
+            Corollary 1). **ADAP's experiments write the regulariser as λ‖w‖²** (gradient ``2λw``,
+            λ = 1e-4 in the linear runs); to reproduce them pass ``weight_decay=2*λ``.
+        decoupled_weight_decay: if True, decay is decoupled (AdamW/SGDW style): ``w ← (1 − η·λ)·w``
+            first, then the momentum step on the un-decayed ``G``. Default False.
+
+    Relation to ``torch.optim.SGD``: with ``v = 0`` initially, ``v_t = β·buf_t`` where ``buf`` is torch's
+    heavy-ball buffer, so this optimizer equals ``SGD(lr=η·β, momentum=1−β, dampening=0,
+    nesterov=False, weight_decay=λ)`` (coupled decay) up to floating-point rounding.  It does **not**
+    equal ``SGD(lr=η, momentum=1−β, dampening=1−β)``: PyTorch skips dampening on the first step, which
+    makes its first step 1/β times too large.  Equivalently: paper η = torch lr / β.
+
+    State per parameter: ``momentum_buffer`` (v, same shape/dtype/device as the parameter) and
+    ``step`` (int, number of updates taken).  Sparse gradients are not supported.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float,
+        momentum_weight: float = 0.1,
+        weight_decay: float = 0.0,
+        decoupled_weight_decay: bool = False,
+    ) -> None:
+        defaults = dict(
+            lr=lr,
+            momentum_weight=momentum_weight,
+            weight_decay=weight_decay,
+            decoupled_weight_decay=bool(decoupled_weight_decay),
+        )
+        self._validate_group(defaults)
+        super().__init__(params, defaults)
+
+    @staticmethod
+    def _validate_group(group: dict) -> None:
+        _check_lr(group["lr"])
+        _check_weight("momentum_weight", group["momentum_weight"], "β")
+        _check_weight_decay(group["weight_decay"])
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        self._validate_group(self.param_groups[-1])
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """Take one update. ``closure`` (optional) re-evaluates the model and returns the loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+
+        for group in self.param_groups:
+            self._validate_group(group)  # schedulers may have changed the hyper-parameters
+            lr = _lr_value(group["lr"])
+            beta = float(group["momentum_weight"])
+            wd = float(group["weight_decay"])
+            decoupled = bool(group["decoupled_weight_decay"])
+
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = _grad_of(p, "Momentum")
+                state = self.state[p]
+                if len(state) == 0:
+                    state["step"] = 0
+                    state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                v = state["momentum_buffer"]
+                state["step"] += 1
+
+                if wd != 0.0:
+                    if decoupled:
+                        p.mul_(1.0 - lr * wd)
+                    else:
+                        grad = grad.add(p, alpha=wd)
+
+                # v ← (1 − β) v + β G
+                v.mul_(1.0 - beta).add_(grad, alpha=beta)
+                # w ← w − η v
+                p.add_(v, alpha=-lr)
+        return loss
+
+
+# --------------------------------------------------------------------------------------------------
+# AdaptiveMomentum
+# --------------------------------------------------------------------------------------------------
+class AdaptiveMomentum(Optimizer):
+    r"""ADAP's Adam-type update (Algorithm 3, lines 7–9, with the four second-moment options of eq. (13)).
+
+    Update, for every parameter ``w`` with gradient estimator ``G = w.grad`` (all operations
+    element-wise, ``t = 1, 2, ...`` counts the updates of that parameter)::
+
+        G ← G + λ·w                                         (coupled weight decay, if λ > 0)
+        m ← (1 − β1)·m + β1·G                               (m initialised to 0)
+        v ← h_t(v, G²)                                      (eq. (13), see below)
+        w ← w − η · m / (√v + δ)
+
+    with ``second_moment`` selecting ``h_t`` (β' = ``second_moment_weight``; all buffers start at 0):
+
+    * ``"adam"``:     ``v ← (1 − β')·v + β'·G²``
+    * ``"amsgrad"``:  ``v' ← (1 − β')·v' + β'·G²`` ; ``v ← max(v, v')``
+    * ``"adagrad"``:  ``v_{t+1} = (1/(t+1)) · Σ_{i=1..t} G_i²`` **exactly as printed in eq. (13)**: a running
+      sum of ``G²`` is kept and divided by ``t + 1`` (so after the first update ``v = G_1²/2``). This is a
+      normalised mean, not AdaGrad's plain sum; ``second_moment_weight`` is unused by this variant.
+    * ``"adabound"``: ``v' ← (1 − β')·v' + β'·G²`` ; ``v = clip(v', 1/c_u², 1/c_l²)`` with ``c_l = bound_low``
+      and ``c_u = bound_high`` (``0 < c_l < c_u``; ``c_u = inf`` means no lower clip).  The bounds are
+      static, as in ADAP, not the time-varying bounds of the original AdaBound.  They bound the
+      per-coordinate factor ``1/(√v + δ)`` between about ``c_l`` and ``c_u``.
+
+    With the default ``bias_correction=False`` this is ADAP exactly (the paper has no bias correction).
+    With ``bias_correction=True`` the usual Adam correction is added::
+
+        m̂ = m / (1 − Π_s(1 − β1_s)),     v̂ = v / (1 − Π_s(1 − β'_s))
+
+    which, for constant weights, is ``m/(1 − (1−β1)^t)`` and ``v/(1 − (1−β')^t)`` (the products make the
+    correction exact, i.e. the moving-average weights sum to one, also when a scheduler changes the
+    weights).  Then ``second_moment="adam"`` equals ``torch.optim.Adam(lr=η, betas=(1−β1, 1−β'),
+    eps=δ, weight_decay=λ)`` (``torch.optim.AdamW(..., weight_decay=λ)`` with
+    ``decoupled_weight_decay=True``) up to rounding: the "Adam mode" of SONG/SOAP/SONEX/ALEXR2.  For the
+    other variants, ``bias_correction=True`` corrects ``m`` as above and ``v`` as follows: ``"amsgrad"``
+    takes the maximum of the *uncorrected* averages and divides it by the current correction (exactly
+    ``torch.optim.Adam(amsgrad=True)``); ``"adabound"`` corrects ``v'`` before clipping; ``"adagrad"``
+    has no moving average, so its ``v`` is not corrected.
+
+    Args:
+        params: iterable of parameters or of parameter-group dicts.
+        lr: step size η (ADAP η; SONEX/ALEXR2 η or α). No default: the papers tune it.
+        momentum_weight: β1, the weight of the **new** gradient in ``m`` (β1 in MOAP/ADAP; ADAP line 7
+            prints β, a typo for β1; β in SONEX). ``0 < β1 <= 1``. Default 0.1 (torch ``beta1 = 0.9``):
+            a library assumption, the ADAP paper does not report β1.
+        second_moment_weight: β', the weight of the new ``G²`` in eq. (13) (β'_t in ADAP, β' in SONEX).
+            ``0 < β' <= 1``. Default 0.001 (torch ``beta2 = 0.999``): an assumption, the papers do not
+            report it.
+        eps: δ > 0 in ``1/(√v + δ)`` (ADAP δ, SONEX ε_adam). Default 1e-8: an assumption (torch's
+            default; ADAP does not report δ). Note that 1e-8 underflows to 0 in float16.
+        second_moment: one of ``"adam"`` (default; the only variant run in ADAP's experiments),
+            ``"amsgrad"``, ``"adagrad"``, ``"adabound"``.
+        bound_low: c_l, required for (and only accepted with) ``"adabound"``.
+        bound_high: c_u, required for (and only accepted with) ``"adabound"``; ``c_l < c_u``.
+        weight_decay: λ ≥ 0 (default 0). Coupled (default) decay adds ``λ·w`` to ``G`` before both
+            moments, i.e. the regulariser ``(λ/2)‖w‖²``. **ADAP's experiments write λ‖w‖²**
+            (gradient ``2λw``); to reproduce them pass ``weight_decay=2*λ``.
+        decoupled_weight_decay: if True, ``w ← (1 − η·λ)·w`` first (AdamW style), and ``G`` is not
+            modified. Default False.
+        bias_correction: see above. Default False (ADAP).
+
+    State per parameter: ``step`` (int), ``exp_avg`` (m), ``second_moment`` (v, the quantity in the
+    denominator, before any bias correction), ``exp_avg_sq`` (v', only for ``"amsgrad"`` and
+    ``"adabound"``), ``grad_sq_sum`` (Σ G², only for ``"adagrad"``), and the running products
+    ``momentum_decay_prod`` = Π(1 − β1_s) and ``second_moment_decay_prod`` = Π(1 − β'_s) (Python floats)
+    used by the bias correction.  Complex parameters are handled as pairs of reals (like torch.optim.Adam).
+    Sparse gradients are not supported.
+
+    Note (SONEX/ALEXR2): seed-004's Adam-type update as printed uses the second moment *before* its
+    update (``s_t``) in the step; ADAP and torch use the updated one.  This optimizer follows ADAP/torch.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float,
+        momentum_weight: float = 0.1,
+        second_moment_weight: float = 0.001,
+        eps: float = 1e-8,
+        second_moment: str = "adam",
+        bound_low: Optional[float] = None,
+        bound_high: Optional[float] = None,
+        weight_decay: float = 0.0,
+        decoupled_weight_decay: bool = False,
+        bias_correction: bool = False,
+    ) -> None:
+        defaults = dict(
+            lr=lr,
+            momentum_weight=momentum_weight,
+            second_moment_weight=second_moment_weight,
+            eps=eps,
+            second_moment=second_moment,
+            bound_low=bound_low,
+            bound_high=bound_high,
+            weight_decay=weight_decay,
+            decoupled_weight_decay=bool(decoupled_weight_decay),
+            bias_correction=bool(bias_correction),
+        )
+        self._validate_group(defaults)
+        super().__init__(params, defaults)
+
+    @staticmethod
+    def _validate_group(group: dict) -> None:
+        _check_lr(group["lr"])
+        _check_weight("momentum_weight", group["momentum_weight"], "β1")
+        _check_weight("second_moment_weight", group["second_moment_weight"], "β'")
+        eps = group["eps"]
+        if not _is_number(eps) or not math.isfinite(eps) or eps <= 0.0:
+            raise ValueError(f"Invalid eps: {eps!r} (ADAP's δ; need a finite eps > 0)")
+        variant = group["second_moment"]
+        if variant not in SECOND_MOMENT_VARIANTS:
+            raise ValueError(
+                f"Invalid second_moment: {variant!r}. Accepted values (ADAP eq. (13)): "
+                + ", ".join(repr(v) for v in SECOND_MOMENT_VARIANTS)
+            )
+        low, high = group["bound_low"], group["bound_high"]
+        if variant == "adabound":
+            if low is None or high is None:
+                raise ValueError("second_moment='adabound' requires both bound_low (c_l) and bound_high (c_u)")
+            if not _is_number(low) or not _is_number(high) or math.isnan(low) or math.isnan(high):
+                raise ValueError(f"bound_low and bound_high must be numbers, got {low!r} and {high!r}")
+            if not (0.0 < low < high):
+                raise ValueError(
+                    f"second_moment='adabound' requires 0 < bound_low < bound_high (c_l < c_u), "
+                    f"got bound_low={low!r}, bound_high={high!r}"
+                )
+            if math.isinf(low):
+                raise ValueError("bound_low (c_l) must be finite")
+        elif low is not None or high is not None:
+            raise ValueError(
+                f"bound_low/bound_high only apply to second_moment='adabound' (got second_moment={variant!r})"
+            )
+        _check_weight_decay(group["weight_decay"])
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        self._validate_group(self.param_groups[-1])
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """Take one update. ``closure`` (optional) re-evaluates the model and returns the loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+
+        for group in self.param_groups:
+            self._validate_group(group)  # schedulers may have changed the hyper-parameters
+            lr = _lr_value(group["lr"])
+            beta1 = float(group["momentum_weight"])
+            beta2 = float(group["second_moment_weight"])
+            eps = float(group["eps"])
+            variant = group["second_moment"]
+            wd = float(group["weight_decay"])
+            decoupled = bool(group["decoupled_weight_decay"])
+            bias_correction = bool(group["bias_correction"])
+
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = _grad_of(p, "AdaptiveMomentum")
+                param = p
+                if torch.is_complex(p):
+                    param = torch.view_as_real(p)
+                    grad = torch.view_as_real(grad)
+
+                state = self.state[p]
+                if len(state) == 0:
+                    self._init_state(state, param, variant)
+                missing = self._missing_buffer(state, variant)
+                if missing is not None:
+                    raise RuntimeError(
+                        f"AdaptiveMomentum: state has no {missing!r} buffer for second_moment={variant!r}; "
+                        "the second-moment variant of a parameter cannot be changed after its first step"
+                    )
+                state["step"] += 1
+                t = state["step"]
+
+                if wd != 0.0:
+                    if decoupled:
+                        param.mul_(1.0 - lr * wd)
+                    else:
+                        grad = grad.add(param, alpha=wd)
+
+                m = state["exp_avg"]
+                v = state["second_moment"]
+                state["momentum_decay_prod"] *= 1.0 - beta1
+                state["second_moment_decay_prod"] *= 1.0 - beta2
+
+                # m ← (1 − β1) m + β1 G
+                m.mul_(1.0 - beta1).add_(grad, alpha=beta1)
+
+                # v ← h_t(v, G²), eq. (13)
+                bc2 = 1.0 - state["second_moment_decay_prod"] if bias_correction else 1.0
+                if variant == "adam":
+                    v.mul_(1.0 - beta2).addcmul_(grad, grad, value=beta2)
+                elif variant == "amsgrad":
+                    v_ema = state["exp_avg_sq"]
+                    v_ema.mul_(1.0 - beta2).addcmul_(grad, grad, value=beta2)
+                    torch.maximum(v, v_ema, out=v)
+                elif variant == "adagrad":
+                    s = state["grad_sq_sum"]
+                    s.addcmul_(grad, grad)
+                    torch.div(s, t + 1, out=v)
+                    bc2 = 1.0  # a mean, not a moving average: nothing to correct
+                else:  # adabound
+                    v_ema = state["exp_avg_sq"]
+                    v_ema.mul_(1.0 - beta2).addcmul_(grad, grad, value=beta2)
+                    lo = 1.0 / float(group["bound_high"]) ** 2
+                    hi = 1.0 / float(group["bound_low"]) ** 2
+                    src = v_ema if bc2 == 1.0 else v_ema / bc2
+                    torch.clamp(src, min=lo, max=hi, out=v)
+                    bc2 = 1.0  # already applied before the clip
+
+                # w ← w − η m̂ / (√v̂ + δ)
+                if bias_correction:
+                    step_size = lr / (1.0 - state["momentum_decay_prod"])
+                else:
+                    step_size = lr
+                if bc2 != 1.0:
+                    denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
+                else:
+                    denom = v.sqrt().add_(eps)
+                param.addcdiv_(m, denom, value=-step_size)
+        return loss
+
+    @staticmethod
+    def _init_state(state: dict, param: torch.Tensor, variant: str) -> None:
+        state["step"] = 0
+        state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        state["second_moment"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        if variant in ("amsgrad", "adabound"):
+            state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        if variant == "adagrad":
+            state["grad_sq_sum"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        state["momentum_decay_prod"] = 1.0
+        state["second_moment_decay_prod"] = 1.0
+
+    @staticmethod
+    def _missing_buffer(state: dict, variant: str) -> Optional[str]:
+        if variant in ("amsgrad", "adabound") and "exp_avg_sq" not in state:
+            return "exp_avg_sq"
+        if variant == "adagrad" and "grad_sq_sum" not in state:
+            return "grad_sq_sum"
+        return None

@@ -1,0 +1,194 @@
+"""Rank-aware, resumable batch samplers.
+
+Every sampler here builds the *global* batch (the batch all ranks together process in one step) from a
+generator seeded by ``(seed, epoch)`` and gives rank ``r`` of ``W`` the slice ``global[r::W]``. So:
+
+* one process and ``W`` processes see the same global batches (the property the DDP tests check);
+* the slices of the ranks are disjoint and cover the global batch;
+* the stream is a pure function of ``(seed, epoch, position)``: :meth:`RankAwareBatchSampler.state_dict` and
+  :meth:`~RankAwareBatchSampler.load_state_dict` resume it mid-epoch.
+
+Lightning must not wrap these samplers: the trainer runs with ``use_distributed_sampler: false`` (the fccolit
+CLI's default), which otherwise reshuffles custom samplers under DDP.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import torch
+from torch.utils.data import Sampler
+
+from fccolit import distributed
+
+
+class RankAwareBatchSampler(Sampler[list[int]]):
+    """Base class: subclasses implement :meth:`global_batches` and :meth:`num_batches`.
+
+    Args:
+        seed: base seed; epoch ``e`` draws from ``torch.Generator().manual_seed(seed * 100_003 + e)``.
+        rank, world_size: override the process group's values (tests; None reads ``torch.distributed``).
+    """
+
+    def __init__(self, *, seed: int = 0, rank: int | None = None, world_size: int | None = None) -> None:
+        self.seed = int(seed)
+        self._rank, self._world = rank, world_size
+        self.epoch = 0
+        self._skip = 0  # batches of the current epoch already consumed before a resume
+
+    # ------------------------------------------------------------------ to implement
+    def num_batches(self) -> int:
+        raise NotImplementedError
+
+    def global_batch_size(self) -> int:
+        raise NotImplementedError
+
+    def global_batches(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        """Yield the epoch's global batches (long tensors of dataset indices), drawing only from ``generator``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the common machinery
+    @property
+    def rank(self) -> int:
+        return distributed.rank() if self._rank is None else self._rank
+
+    @property
+    def world_size(self) -> int:
+        return distributed.world_size() if self._world is None else self._world
+
+    def generator(self, epoch: int) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed * 100_003 + int(epoch))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by Lightning at the start of every epoch."""
+        if int(epoch) != self.epoch:
+            self._skip = 0
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.num_batches() - self._skip
+
+    def __iter__(self) -> Iterator[list[int]]:
+        world, rank = self.world_size, self.rank
+        size = self.global_batch_size()
+        if size % world:
+            raise ValueError(
+                f"{type(self).__name__}: the global batch ({size}) must divide evenly among {world} processes; "
+                "choose a batch size that is a multiple of the number of devices."
+            )
+        skip, self._skip = self._skip, 0
+        for b, batch in enumerate(self.global_batches(self.generator(self.epoch))):
+            if b >= skip:
+                yield batch[rank::world].tolist()
+
+    def state_dict(self, batches_consumed: int = 0) -> dict[str, int]:
+        """Position of the stream: the epoch and how many of its batches training has consumed."""
+        return {"seed": self.seed, "epoch": self.epoch, "batches_consumed": int(batches_consumed)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume: the next iteration continues epoch ``state['epoch']`` after its consumed batches."""
+        if int(state.get("seed", self.seed)) != self.seed:
+            raise ValueError(f"sampler state was saved with seed {state['seed']}, this sampler has seed {self.seed}")
+        self.epoch = int(state["epoch"])
+        self._skip = int(state["batches_consumed"])
+
+
+def _stream(pool: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:
+    """``count`` draws that walk through fresh random permutations of ``pool`` (without replacement within
+    a permutation, so every element appears once per pass before any repeats)."""
+    passes = max(1, math.ceil(count / pool.numel()))
+    perms = [pool[torch.randperm(pool.numel(), generator=generator)] for _ in range(passes)]
+    return torch.cat(perms)[:count]
+
+
+class DualSampler(RankAwareBatchSampler):
+    """Batches with a fixed number of positives and negatives (for AP / AUC / pAUC objectives).
+
+    Each global batch holds ``num_positives`` positives followed by ``batch_size − num_positives`` negatives.
+    Positives and negatives each walk through random permutations of their class, so rare positives are
+    oversampled (repeated across passes) while negatives are seen once per epoch by default. Rank ``r`` gets
+    ``num_positives / W`` positives and the matching share of negatives.
+
+    Args:
+        labels: ``[N]`` binary labels of the training set (1 positive).
+        batch_size: global batch size B.
+        num_positives: positives per global batch P (default: ``max(1, round(pos_ratio · B))``).
+        pos_ratio: share of positives per batch when ``num_positives`` is not given (default 0.5).
+        num_batches: batches per epoch (default: one pass over the negatives, ``⌈N_neg / (B − P)⌉``).
+    """
+
+    def __init__(
+        self,
+        labels: torch.Tensor,
+        batch_size: int,
+        num_positives: int | None = None,
+        pos_ratio: float = 0.5,
+        num_batches: int | None = None,
+        *,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__(seed=seed, rank=rank, world_size=world_size)
+        labels = torch.as_tensor(labels).reshape(-1)
+        self.positives = torch.nonzero(labels == 1).flatten()
+        self.negatives = torch.nonzero(labels != 1).flatten()
+        if num_positives is None:
+            num_positives = max(1, round(pos_ratio * batch_size))
+        if not 0 < num_positives < batch_size:
+            raise ValueError(
+                f"DualSampler: num_positives must be between 1 and batch_size − 1 = {batch_size - 1}, got {num_positives}"
+            )
+        if self.positives.numel() == 0:
+            raise ValueError("DualSampler: the training labels hold no positive example (label 1)")
+        if self.negatives.numel() == 0:
+            raise ValueError("DualSampler: the training labels hold no negative example")
+        self.batch_size, self.num_positives = int(batch_size), int(num_positives)
+        negatives_per_batch = self.batch_size - self.num_positives
+        self._num_batches = num_batches or math.ceil(self.negatives.numel() / negatives_per_batch)
+
+    def num_batches(self) -> int:
+        return self._num_batches
+
+    def global_batch_size(self) -> int:
+        return self.batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        world = self.world_size
+        if self.num_positives % world:
+            raise ValueError(
+                f"DualSampler: {self.num_positives} positives per batch cannot be split evenly among {world} "
+                "processes; choose num_positives and batch_size as multiples of the number of devices."
+            )
+        return super().__iter__()
+
+    def global_batches(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        n, p = self._num_batches, self.num_positives
+        pos = _stream(self.positives, n * p, generator).view(n, p)
+        neg = _stream(self.negatives, n * (self.batch_size - p), generator).view(n, -1)
+        for b in range(n):
+            # [pos | neg] with P and B − P multiples of W: the slice [r::W] takes P/W positives on every rank
+            yield torch.cat([pos[b], neg[b]])
+
+
+class SequentialShardSampler(Sampler[list[int]]):
+    """Evaluation batches: the data in order, each global batch split into contiguous per-rank shards.
+
+    Nothing is repeated or padded (unlike ``DistributedSampler``), so metrics gathered across ranks are exact.
+    """
+
+    def __init__(self, num_samples: int, batch_size: int, *, rank: int | None = None, world_size: int | None = None):
+        self.num_samples, self.batch_size = int(num_samples), int(batch_size)
+        self._rank, self._world = rank, world_size
+
+    def __len__(self) -> int:
+        return math.ceil(self.num_samples / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        world = distributed.world_size() if self._world is None else self._world
+        rank = distributed.rank() if self._rank is None else self._rank
+        for start in range(0, self.num_samples, self.batch_size):
+            stop = min(start + self.batch_size, self.num_samples)
+            bounds = torch.linspace(start, stop, world + 1).round().long()
+            yield list(range(int(bounds[rank]), int(bounds[rank + 1])))

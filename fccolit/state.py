@@ -1,0 +1,263 @@
+"""Per-index state of the FCCO algorithms.
+
+Every algorithm in fccolit keeps, for each outer index ``i`` (a positive example, a (query, relevant item)
+pair, a constraint, ...), an estimate ``u_i`` of the inner value ``g_i(w)``. :class:`IndexedState` is that
+table and the one place where it is updated:
+
+* storage: a persistent buffer ``value`` of shape ``[num_rows, dim]`` (it moves with the module and is in
+  every checkpoint), indexed by a flat id. Never a dense users × items table.
+* first visit: rows start as NaN; the first visit sets ``u_i`` to that step's estimate (the NaN sentinel
+  needs no extra mask, so the table costs exactly ``dim`` floats per row).
+* update rules (one formula, every paper a special case)::
+
+      u_i ← Π_Ω[ (1 − γ) u_i + γ · s · ĝ_i + γ' · (ĝ_i − ĝ_i^prev) ]     for sampled i
+      u_j ← Π_Ω[ (1 − γ) u_j ]      for unsampled j, only when ``decay_unsampled`` (MOAP, MOAP-V2, ADAP)
+      u_j ← u_j                     for unsampled j otherwise (selective update: SOX, SOAP, SONG, SONEX)
+
+  with γ = ``ema_weight`` (γ in SOX / SONG, β0 in MOAP / ADAP), s = ``sample_scale`` (n/B1 in MOAP, m/B in
+  MOAP-V2 and ADAP), γ' = ``correction_weight`` (the MSVR correction of SONEX; ĝ^prev is the same batch
+  evaluated at the previous parameters) and Π_Ω the projection onto the box ``[lower, upper]``.
+* lazy decay: the decay of unsampled rows is never applied eagerly. A running sum of ``log(1 − γ)`` and, per
+  row, its value at the row's last update make a row's pending decay one multiplication when the row is next
+  read. For boxes whose upper bounds are ≥ 0 and with rows that stay non-negative, k projected decays equal
+  one projected decay by the product of the factors, so the lazy result equals the eager one (to rounding).
+* duplicates: an index that occurs several times in one step (in one batch or across ranks) gets the mean of
+  its estimates and one update. The result does not depend on the order of occurrence.
+* DDP: every rank all-gathers the (index, estimate) pairs of the step without gradient and applies the same
+  in-place update, so the table is identical on every rank (Lightning does not keep buffers consistent under
+  manual optimization). When the estimates are already identical on every rank (an objective evaluated on
+  the gathered global batch), pass ``synced=True`` and the gather is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from fccolit import distributed
+
+Bound = float | Sequence[float] | None
+
+
+@dataclass
+class StateUpdate:
+    """Rows of one step, aligned with the ``index`` passed to :meth:`IndexedState.update`.
+
+    Attributes:
+        previous: ``[B, dim]`` u before this step's update (u^{t−1} in SOX; for a first visit, the estimate).
+        current: ``[B, dim]`` u after this step's update (the "fresh" u of SOAP / LibAUC / SONEX).
+        first_visit: ``[B]`` bool, the row had never been visited before this step.
+    """
+
+    previous: torch.Tensor
+    current: torch.Tensor
+    first_visit: torch.Tensor
+
+
+def _bound_tensor(bound: Bound, dim: int, fill: float) -> torch.Tensor:
+    if bound is None:
+        return torch.full((dim,), fill, dtype=torch.float64)
+    if isinstance(bound, (int, float)):
+        return torch.full((dim,), float(bound), dtype=torch.float64)
+    values = [fill if b is None else float(b) for b in bound]
+    if len(values) != dim:
+        raise ValueError(f"a bound needs one value per state component: got {len(values)} for dim={dim}")
+    return torch.tensor(values, dtype=torch.float64)
+
+
+class IndexedState(nn.Module):
+    """A table ``u ∈ R^{num_rows × dim}`` of moving estimates, one row per outer index.
+
+    Args:
+        num_rows: number of outer indices n (e.g. positives for AP, relevant (query, item) pairs for NDCG).
+        dim: components of each row (d' in the papers: 1 for NDCG, 2 for AP).
+        lower: lower bound(s) of the projection box Ω (a float, one value per component, or None).
+        upper: upper bound(s) of Ω.
+        dtype: storage dtype (float32 keeps 4 bytes per row and component; float64 for exactness tests).
+        decay_unsampled: keep the bookkeeping for the lazy decay of unsampled rows (MOAP / MOAP-V2 / ADAP).
+            Costs 8 more bytes per row.
+        name: used in error messages and TensorBoard tags.
+
+    Shapes: ``update(index [B], estimate [B, dim])``; ``values()`` → ``[num_rows, dim]``.
+    """
+
+    def __init__(
+        self,
+        num_rows: int,
+        dim: int = 1,
+        *,
+        lower: Bound = None,
+        upper: Bound = None,
+        dtype: torch.dtype = torch.float32,
+        decay_unsampled: bool = False,
+        name: str = "u",
+    ) -> None:
+        super().__init__()
+        if int(num_rows) <= 0:
+            raise ValueError(f"state '{name}' needs num_rows > 0, got {num_rows}: are the data sizes linked?")
+        self.num_rows = int(num_rows)
+        self.dim = int(dim)
+        self.name = name
+        self.decay_unsampled = decay_unsampled
+        self.register_buffer("value", torch.full((self.num_rows, self.dim), math.nan, dtype=dtype))
+        lo, hi = _bound_tensor(lower, self.dim, -math.inf), _bound_tensor(upper, self.dim, math.inf)
+        if bool((lo > hi).any()):
+            raise ValueError(f"state '{name}': lower bound {lo.tolist()} exceeds upper bound {hi.tolist()}")
+        self.register_buffer("lower", lo.to(dtype), persistent=False)
+        self.register_buffer("upper", hi.to(dtype), persistent=False)
+        self.has_bounds = bool(torch.isfinite(lo).any() or torch.isfinite(hi).any())
+        if decay_unsampled:
+            # Σ_s log(1 − γ_s) over all steps so far, and its value when each row was last written.
+            self.register_buffer("log_decay_total", torch.zeros((), dtype=torch.float64))
+            self.register_buffer("log_decay_mark", torch.zeros(self.num_rows, dtype=torch.float64))
+
+    # ------------------------------------------------------------------ reading
+    def extra_repr(self) -> str:
+        return f"name={self.name}, num_rows={self.num_rows}, dim={self.dim}, decay_unsampled={self.decay_unsampled}"
+
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.has_bounds:
+            return x
+        return torch.maximum(torch.minimum(x, self.upper.to(x.dtype)), self.lower.to(x.dtype))
+
+    def _read(self, rows: torch.Tensor) -> torch.Tensor:
+        """Current value of ``rows`` with any pending lazy decay applied (NaN for unvisited rows)."""
+        u = self.value.index_select(0, rows)
+        if self.decay_unsampled:
+            factor = torch.exp(self.log_decay_total - self.log_decay_mark.index_select(0, rows))
+            u = self._project(u * factor.to(u.dtype).unsqueeze(-1))
+        return u
+
+    def values(self) -> torch.Tensor:
+        """The whole table ``[num_rows, dim]`` with pending decay applied (NaN marks unvisited rows)."""
+        return self._read(torch.arange(self.num_rows, device=self.value.device))
+
+    def visited(self) -> torch.Tensor:
+        """``[num_rows]`` bool: rows that have been written at least once."""
+        return ~torch.isnan(self.value[:, 0])
+
+    @torch.no_grad()
+    def reset(self) -> None:
+        """Forget everything: every row becomes unvisited again (used when switching objectives)."""
+        self.value.fill_(math.nan)
+        if self.decay_unsampled:
+            self.log_decay_total.zero_()
+            self.log_decay_mark.zero_()
+
+    # ------------------------------------------------------------------ checks
+    def _check(self, index: torch.Tensor, estimate: torch.Tensor) -> None:
+        if index.dim() != 1:
+            raise ValueError(f"state '{self.name}': index must be 1-D, got shape {tuple(index.shape)}")
+        if index.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"state '{self.name}': index must be an integer tensor, got {index.dtype}")
+        if estimate.shape != (index.shape[0], self.dim):
+            raise ValueError(
+                f"state '{self.name}': estimate must have shape [B, {self.dim}] = {(index.shape[0], self.dim)}, "
+                f"got {tuple(estimate.shape)}"
+            )
+        if index.numel() == 0:
+            return
+        if index.device.type == "cpu":
+            lo, hi = int(index.min()), int(index.max())
+            if lo < 0 or hi >= self.num_rows:
+                bad = lo if lo < 0 else hi
+                raise IndexError(
+                    f"state '{self.name}' has {self.num_rows} rows but the batch holds index {bad}. The state size "
+                    "comes from the DataModule's sizes (linked to the model by the CLI): check that the model was "
+                    "built for this data, and that the batch field holding the index is the right one."
+                )
+            if not bool(torch.isfinite(estimate).all()):
+                raise FloatingPointError(
+                    f"state '{self.name}': the inner estimate has non-finite values at batch positions "
+                    f"{torch.nonzero(~torch.isfinite(estimate).all(-1)).flatten()[:10].tolist()}: the model produced "
+                    "NaN/inf scores (learning rate too large, or bad input features)."
+                )
+        else:  # never synchronize with the host in the training step of an accelerator
+            torch._assert_async(
+                ((index >= 0) & (index < self.num_rows)).all(), f"state '{self.name}': index out of range"
+            )
+
+    # ------------------------------------------------------------------ update
+    @torch.no_grad()
+    def update(
+        self,
+        index: torch.Tensor,
+        estimate: torch.Tensor,
+        *,
+        ema_weight: float | torch.Tensor,
+        sample_scale: float = 1.0,
+        correction: torch.Tensor | None = None,
+        correction_weight: float = 0.0,
+        synced: bool = False,
+    ) -> StateUpdate:
+        """Apply one step of the update rule to the rows in ``index``.
+
+        Args:
+            index: ``[B]`` long, the outer indices of this rank's batch.
+            estimate: ``[B, dim]`` the inner estimate ĝ_i(w_t; B_{i,2}) (detached).
+            ema_weight: γ, weight of the new estimate (γ in SOX / SONG / SONEX, β0 in MOAP / ADAP).
+            sample_scale: s, multiplies the new estimate (n/B1 for MOAP, m/B for MOAP-V2 and ADAP).
+            correction: ``[B, dim]`` the same inner batch evaluated at the previous parameters (MSVR).
+            correction_weight: γ', weight of ``estimate − correction`` (0 disables the MSVR term).
+            synced: the inputs are identical on every rank already; skip the all-gather.
+
+        Returns:
+            :class:`StateUpdate` with the rows before and after the update, aligned with ``index``.
+        """
+        estimate = estimate.detach()
+        self._check(index, estimate)
+        index = index.long()
+        tensors = [index, estimate] + ([correction.detach()] if correction is not None else [])
+        local_start, local_size = 0, index.shape[0]
+        if not synced and distributed.is_distributed():
+            tensors, offsets = distributed.all_gather_rows(*tensors)
+            r = distributed.rank()
+            local_start, local_size = int(offsets[r]), int(offsets[r + 1] - offsets[r])
+        all_index, all_est = tensors[0], tensors[1].to(self.value.dtype)
+        all_corr = tensors[2].to(self.value.dtype) if correction is not None else None
+
+        rows, inverse = torch.unique(all_index, sorted=True, return_inverse=True)
+        if rows.shape[0] == all_index.shape[0]:  # no duplicates: a permutation
+            est = torch.empty_like(all_est).index_copy_(0, inverse, all_est)
+            corr = None if all_corr is None else torch.empty_like(all_corr).index_copy_(0, inverse, all_corr)
+        else:  # duplicates: one update with the mean of their estimates
+            counts = torch.zeros(rows.shape[0], dtype=all_est.dtype, device=all_est.device)
+            counts.index_add_(0, inverse, torch.ones_like(all_est[:, 0]))
+            est = torch.zeros(rows.shape[0], self.dim, dtype=all_est.dtype, device=all_est.device)
+            est = est.index_add_(0, inverse, all_est) / counts.unsqueeze(-1)
+            corr = None
+            if all_corr is not None:
+                corr = torch.zeros_like(est).index_add_(0, inverse, all_corr) / counts.unsqueeze(-1)
+
+        old = self._read(rows)
+        first = torch.isnan(old[:, 0])
+        old = torch.where(first.unsqueeze(-1), est, old)
+        gamma = torch.as_tensor(ema_weight, dtype=old.dtype, device=old.device)
+        new = (1 - gamma) * old + gamma * sample_scale * est
+        if corr is not None and correction_weight != 0.0:
+            new = new + correction_weight * (est - corr)
+        new = torch.where(first.unsqueeze(-1), est, new)  # first visit: u_i := ĝ_i
+        new = self._project(new)
+        self.value.index_copy_(0, rows, new)
+        if self.decay_unsampled:
+            # exp(-1000) is exactly 0 in float64: a step with γ = 1 erases every unsampled row.
+            self.log_decay_total.add_(torch.log1p(-gamma.to(torch.float64)).clamp_min(-1000.0))
+            self.log_decay_mark.index_put_((rows,), self.log_decay_total.expand(rows.shape[0]))
+
+        local = inverse[local_start : local_start + local_size]
+        return StateUpdate(
+            previous=old.index_select(0, local),
+            current=new.index_select(0, local),
+            first_visit=first.index_select(0, local),
+        )
+
+    @torch.no_grad()
+    def materialize_(self) -> None:
+        """Apply every pending lazy decay in place (the table then holds the eager values)."""
+        if self.decay_unsampled:
+            self.value.copy_(self.values())
+            self.log_decay_mark.fill_(0.0).add_(self.log_decay_total)
