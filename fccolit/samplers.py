@@ -57,6 +57,11 @@ class RankAwareBatchSampler(Sampler[list[int]]):
     def world_size(self) -> int:
         return distributed.world_size() if self._world is None else self._world
 
+    @property
+    def sampler(self) -> "RankAwareBatchSampler":
+        """Lightning calls ``set_epoch`` on ``dataloader.batch_sampler.sampler``: point it here."""
+        return self
+
     def generator(self, epoch: int) -> torch.Generator:
         return torch.Generator().manual_seed(self.seed * 100_003 + int(epoch))
 
@@ -67,7 +72,9 @@ class RankAwareBatchSampler(Sampler[list[int]]):
         self.epoch = int(epoch)
 
     def __len__(self) -> int:
-        return self.num_batches() - self._skip
+        """Batches in a whole epoch, also when resuming mid-epoch (Lightning counts the resumed epoch's
+        batches from the restored position, so the iterator then yields ``len − consumed`` batches)."""
+        return self.num_batches()
 
     def __iter__(self) -> Iterator[list[int]]:
         world, rank = self.world_size, self.rank

@@ -198,9 +198,10 @@ class FCCOModule(LightningModule):
         sanity = self.trainer is not None and self.trainer.sanity_checking
         for name in self.metric_names:
             metric = self.metrics[stage][_metric_key(name)]
-            if not sanity:  # two sanity batches need not hold both classes: do not judge them
-                self.log(f"{stage}/{name}", metric.compute(), prog_bar=stage == "val")
-            metric.reset()
+            if sanity:  # two sanity batches need not hold both classes: do not judge them
+                metric.reset()
+            else:  # Lightning computes (synchronizing the metric states across ranks) and resets it
+                self.log(f"{stage}/{name}", metric, prog_bar=stage == "val")
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._eval_step("val", batch)

@@ -289,7 +289,9 @@ class _BinaryCatMetric(torchmetrics.Metric):
 
     ``update(preds, target)``: ``preds`` ``[N]`` or ``[N, 1]`` raw scores (any monotone scale), ``target`` in
     {0, 1} as bool, int or float. NaN scores and labels outside {0, 1} raise ValueError at ``update``.
-    Memory: two float64/int64 values per sample.
+    Memory: two float64/int64 values per sample. Use ``update()`` per batch and ``compute()`` (or log the
+    Metric object) at epoch end: calling the metric (``forward``) also computes a per-batch value, which
+    raises on a batch that holds one class only.
     """
 
     is_differentiable = False

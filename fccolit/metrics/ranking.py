@@ -189,8 +189,9 @@ def ndcg_at_k(
         order = torch.sort(g, dim=1, descending=(ties == "optimistic"), stable=True).indices
     idx = torch.sort(p_clean.gather(1, order), dim=1, descending=True, stable=True).indices
     order = order.gather(1, idx)
-    idx = torch.sort((~mask).gather(1, order).to(torch.uint8), dim=1, stable=True).indices
-    order = order.gather(1, idx)
+    if not bool(mask.all()):  # real items before padding (padding never ties with a real item)
+        idx = torch.sort((~mask).gather(1, order).to(torch.uint8), dim=1, stable=True).indices
+        order = order.gather(1, idx)
 
     g_sorted = g.gather(1, order)
     if ties == "average":
@@ -199,14 +200,16 @@ def ndcg_at_k(
         # a tie group starts where the score or the real/padding status changes
         new_group = torch.ones_like(m_sorted)
         new_group[:, 1:] = (p_sorted[:, 1:] != p_sorted[:, :-1]) | (m_sorted[:, 1:] != m_sorted[:, :-1])
-        group = torch.cumsum(new_group.to(torch.long), dim=1) - 1  # [Q, L], 0-based per query
-        flat_group = (group + torch.arange(n_queries, device=device).unsqueeze(1) * length).reshape(-1)
-        d_full = disc.expand(n_queries, length).reshape(-1)
-        group_sum = torch.zeros(n_queries * length, dtype=torch.float64, device=device)
-        group_sum.index_add_(0, flat_group, d_full)
-        group_cnt = torch.zeros(n_queries * length, dtype=torch.float64, device=device)
-        group_cnt.index_add_(0, flat_group, torch.ones_like(d_full))
-        d_eff = (group_sum / group_cnt.clamp_min(1.0))[flat_group].reshape(n_queries, length)
+        # tie groups are contiguous runs: find each position's run [start, end] and average the discounts
+        # over it with a cumulative sum of the (shared) discount vector
+        pos = torch.arange(length, device=device).expand(n_queries, length)
+        start = torch.cummax(torch.where(new_group, pos, torch.zeros_like(pos)), dim=1).values
+        is_end = torch.ones_like(new_group)
+        is_end[:, :-1] = new_group[:, 1:]
+        end_rev = torch.where(is_end, pos, torch.full_like(pos, length)).flip(1)
+        end = torch.cummin(end_rev, dim=1).values.flip(1)
+        csum = torch.cat([torch.zeros(1, dtype=torch.float64, device=device), torch.cumsum(disc, 0)])
+        d_eff = (csum[end + 1] - csum[start]) / (end - start + 1).to(torch.float64)
     else:
         d_eff = disc.expand(n_queries, length)
     dcg = (g_sorted * d_eff).sum(dim=1)
