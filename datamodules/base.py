@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from lightning.pytorch import LightningDataModule
@@ -9,6 +10,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from fccolit.data import identity_collate
 from fccolit.samplers import RankAwareBatchSampler, SequentialShardSampler
+
+
+# FCCODataModule saves and restores the training stream's position itself (state_dict below), so Lightning's
+# warning that a plain DataLoader cannot resume mid-epoch does not apply to it.
+warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
 
 
 class FCCODataModule(LightningDataModule):

@@ -6,6 +6,8 @@ one process, so single-device code pays nothing.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.distributed as dist
 
@@ -67,7 +69,9 @@ def all_gather_with_grad(t: torch.Tensor) -> torch.Tensor:
         return t
     from torch.distributed.nn.functional import all_gather
 
-    return torch.cat(all_gather(t.contiguous()), dim=0)
+    with warnings.catch_warnings():  # deprecated in favour of a private API; still the supported autograd path
+        warnings.simplefilter("ignore", FutureWarning)
+        return torch.cat(all_gather(t.contiguous()), dim=0)
 
 
 def all_gather_equal(t: torch.Tensor) -> torch.Tensor:

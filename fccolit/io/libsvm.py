@@ -225,6 +225,14 @@ def _fast_chunk(data: bytes, lower: int, upper: int | None) -> _Chunk | None:
     return _Chunk(labels, token_line[first].astype(np.int64), counts, indices, values)
 
 
+def _finite(token: bytes) -> bool:
+    """False for a spelling ``float()`` reads as nan / ±inf (``nan``, ``inf``, ``1e999``); True otherwise."""
+    try:
+        return bool(np.isfinite(float(token)))
+    except ValueError:
+        return True
+
+
 def _slow_chunk(data: bytes, lower: int, upper: int | None, zero_based: bool, name: str, line0: int) -> _Chunk:
     """Line-by-line parse with precise errors; the specification the fast path must agree with."""
     labels, lines, counts, indices, values = [], [], [], [], []
@@ -245,17 +253,17 @@ def _slow_chunk(data: bytes, lower: int, upper: int | None, zero_based: bool, na
                 "LIBSVM classification file; read it with a ranking loader that keeps the query groups"
             )
         label = tokens[0]
-        if not _NUMBER.fullmatch(label) or not np.isfinite(float(label)):
+        if not (_NUMBER.fullmatch(label) and _finite(label)):
             raise ValueError(
                 f"{where}: label '{text(label)}' is not a finite number (every line starts with its label)"
             )
         seen: set[int] = set()
         for token in tokens[1:]:
             index, colon, value = token.partition(b":")
+            if colon and _INT.fullmatch(index) and not _finite(value):
+                raise ValueError(f"{where}: feature '{text(token)}' has a value that is not finite")
             if not (colon and _INT.fullmatch(index) and _NUMBER.fullmatch(value)):
                 raise ValueError(f"{where}: feature '{text(token)}' is not <index>:<value>")
-            if not np.isfinite(float(value)):
-                raise ValueError(f"{where}: feature '{text(token)}' has a value that is not finite")
             i = int(index)
             if i < lower:
                 raise ValueError(f"{where}: feature '{text(token)}' has index {i} < {lower} (indices are {base})")
