@@ -137,7 +137,9 @@ class LibSVMDataModule(FCCODataModule):
         if normalize not in (None, "minmax", "standard"):
             raise ValueError(f"normalize must be None, 'minmax' or 'standard', got {normalize!r}")
         if not 0 < num_positives < batch_size:
-            raise ValueError(f"num_positives must be between 1 and batch_size − 1 = {batch_size - 1}, got {num_positives}")
+            raise ValueError(
+                f"num_positives must be between 1 and batch_size − 1 = {batch_size - 1}, got {num_positives}"
+            )
         if num_features is not None and int(num_features) < 1:
             raise ValueError(f"num_features must be positive or None, got {num_features}")
         self.num_features, self.val_fraction, self.test_fraction = num_features, val_fraction, test_fraction
@@ -292,6 +294,5 @@ class LibSVMDataModule(FCCODataModule):
     def build_train_sampler(self) -> RankAwareBatchSampler:
         if self._splits is None:
             self.setup("fit")
-        return DualSampler(
-            self._splits["train"]["y"], self.batch_size, self.num_positives, num_batches=self.num_batches, seed=self.seed
-        )
+        labels = self._splits["train"]["y"]
+        return DualSampler(labels, self.batch_size, self.num_positives, num_batches=self.num_batches, seed=self.seed)

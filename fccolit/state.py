@@ -162,7 +162,7 @@ class IndexedState(nn.Module):
         if index.numel() == 0:
             return
         if index.device.type == "cpu":
-            lo, hi = int(index.min()), int(index.max())
+            lo, hi = (int(v) for v in torch.aminmax(index))
             if lo < 0 or hi >= self.num_rows:
                 bad = lo if lo < 0 else hi
                 raise IndexError(
@@ -235,12 +235,14 @@ class IndexedState(nn.Module):
 
         old = self._read(rows)
         first = torch.isnan(old[:, 0])
-        old = torch.where(first.unsqueeze(-1), est, old)
+        old = torch.where(first.unsqueeze(-1), est, old)  # first visit: u^{t−1} := ĝ_i
         gamma = torch.as_tensor(ema_weight, dtype=old.dtype, device=old.device)
-        new = (1 - gamma) * old + gamma * sample_scale * est
+        target = est if sample_scale == 1.0 else sample_scale * est
+        new = old + gamma * (target - old)  # = (1 − γ)u + γ s ĝ, and exactly ĝ on a first visit when s = 1
         if corr is not None and correction_weight != 0.0:
             new = new + correction_weight * (est - corr)
-        new = torch.where(first.unsqueeze(-1), est, new)  # first visit: u_i := ĝ_i
+        if sample_scale != 1.0 or corr is not None:
+            new = torch.where(first.unsqueeze(-1), est, new)  # first visit: u_i := ĝ_i
         new = self._project(new)
         self.value.index_copy_(0, rows, new)
         if self.decay_unsampled:

@@ -278,7 +278,8 @@ def test_positive_label_and_label_errors(tmp_path):
     with pytest.raises(ValueError, match=r"positive_label=3 is not one of the labels"):
         _module(tmp_path, "toy", positive_label=3)
     _write(tmp_path / "multi", "1 1:1\n2 1:1\n3 2:1\n3 1:1\n")
-    with pytest.raises(ValueError, match=r"exactly two distinct labels.*found 3: 1 \(1 rows\), 2 \(1 rows\), 3 \(2 rows\)"):
+    listing = r"exactly two distinct labels.*found 3: 1 \(1 rows\), 2 \(1 rows\), 3 \(2 rows\)"
+    with pytest.raises(ValueError, match=listing):
         _module(tmp_path, "multi")
 
 

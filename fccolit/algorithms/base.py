@@ -153,7 +153,10 @@ class FCCOModule(LightningModule):
         self.optimization_step(loss)
 
     def optimization_step(self, loss: torch.Tensor) -> None:
-        """zero_grad → manual_backward → clip → step → (scheduler) → log the objective estimate and lr."""
+        """zero_grad → manual_backward → clip → step → (scheduler) → log the objective estimate.
+
+        The learning rate is logged by Lightning's ``LearningRateMonitor`` (in the default trainer config).
+        """
         opt = self.optimizers()
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
@@ -166,7 +169,6 @@ class FCCOModule(LightningModule):
         if scheduler is not None and self.scheduler_interval == "step":
             scheduler.step()
         self.log("train/objective", self.train_objective, on_step=True, on_epoch=True, prog_bar=True)
-        self.log("train/lr", opt.param_groups[0]["lr"], on_step=True, on_epoch=False)
 
     def on_train_epoch_end(self) -> None:
         scheduler = self.lr_schedulers()

@@ -17,9 +17,10 @@ https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html.
 Ranking files (``<rel> qid:<q> ...``, LETOR / MSLR / Yahoo) are rejected with an error: they need a loader that
 keeps the query groups.
 
-Speed: the file is parsed in chunks of whole lines with numpy (token boundaries, ``:`` checks and number
-conversion run over the raw bytes), about 20–40 MB/s; a chunk that fails any check is re-read by a line-by-line
-Python parser, which produces the error message (file, 1-based line, offending field).
+Speed: the file is parsed in chunks of whole lines with numpy (token boundaries, ``:`` checks and decimal
+conversion run over the raw bytes, exactly as ``float()`` rounds): about 25 MB/s, a9a (2.3 MB, 32,561 lines) in
+under 0.1 s. A chunk that fails any check is re-read by a line-by-line Python parser, which produces the error
+message (file, 1-based line, offending field).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ __all__ = ["LibSVMFile", "parse_libsvm", "read_libsvm", "MAX_INDEX"]
 #: Largest feature index accepted (a dense matrix wider than this could not be allocated anyway).
 MAX_INDEX = 2**31 - 2
 
-_CHUNK_BYTES = 16 << 20  # parse this many bytes (whole lines) at a time: bounds the numpy temporaries
+_CHUNK_BYTES = 4 << 20  # parse this many bytes (whole lines) at a time: bounds the temporaries, stays in cache
 _WHITESPACE = b" \t\r\v\f"  # within a line; bytes.split() splits on exactly these plus \n
 _COMMENT = re.compile(rb"#[^\n]*")
 _INT = re.compile(rb"[0-9]+")
@@ -119,14 +120,14 @@ def _decimals(data: bytes, buf: np.ndarray, start: np.ndarray, end: np.ndarray) 
     if count == 0:
         return np.zeros(0)
     digit = (buf - np.uint8(ord("0"))) < 10
-    digits_before = np.zeros(buf.size + 1, dtype=np.int64)  # digits_before[i] = digits in buf[:i]
+    digits_before = np.zeros(buf.size + 1, dtype=np.int32)  # digits_before[i] = digits in buf[:i]
     np.cumsum(digit, out=digits_before[1:])
     num_digits = digits_before[end] - digits_before[start]
     if (num_digits == 0).any():
         return None
     is_start = np.zeros(buf.size, dtype=bool)
     is_start[start] = True
-    span_of = np.cumsum(is_start, dtype=np.int32) - 1  # span of each byte inside a span (bytes in between: the previous span)
+    span_of = np.cumsum(is_start, dtype=np.int32) - 1  # span of each byte (between spans: the previous one)
     dots = np.flatnonzero(buf == ord("."))
     signs = np.flatnonzero((buf == ord("+")) | (buf == ord("-")))
     exponent = np.zeros(count, dtype=bool)

@@ -1,0 +1,130 @@
+"""Cost of one FCCO training step against a plain supervised step with the same model, batch and optimizer.
+
+    python benchmarks/step_overhead.py [--quick] [--write]
+
+A *plain step* is forward → binary cross-entropy → backward → optimizer step. A *SOX step* is forward → AP inner
+estimates (every positive of the batch against every sample) → per-index state update → compositional loss →
+backward → the same optimizer step. Both are timed in the same process, interleaved (ABAB...) so machine noise
+hits both alike; the table reports medians and their ratio. ``--write`` replaces this benchmark's section of
+``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fccolit.algorithms import SOX  # noqa: E402
+from fccolit.models import MLP  # noqa: E402
+from fccolit.objectives import AveragePrecision  # noqa: E402
+from fccolit.optim import Momentum  # noqa: E402
+
+CASES = [
+    # name, features, hidden, batch, positives per batch, training positives (state rows)
+    ("quickstart MLP 20-64-32-1, B=64", 20, [64, 32], 64, 16, 600),
+    ("MLP 128-256-256-1, B=256", 128, [256, 256], 256, 64, 50_000),
+    ("MLP 512-1024-1024-1, B=512", 512, [1024, 1024], 512, 128, 1_000_000),
+]
+
+
+def make_batch(features: int, batch: int, positives: int, rows: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+    y = torch.zeros(batch, dtype=torch.long)
+    y[:positives] = 1
+    pos_index = torch.full((batch,), -1, dtype=torch.long)
+    pos_index[:positives] = torch.randperm(rows, generator=g)[:positives]
+    return {"x": torch.randn(batch, features, generator=g), "y": y, "pos_index": pos_index}
+
+
+def time_case(features, hidden, batch, positives, rows, repeats, inner_loops):
+    g = torch.Generator().manual_seed(0)
+    sizes = {"num_samples": rows * 10, "num_positives": rows, "num_features": features}
+    torch.manual_seed(0)
+    module = SOX(MLP(hidden=hidden), AveragePrecision(), data_sizes=sizes, ema_weight=0.1)
+    torch.manual_seed(0)
+    plain_model = MLP(features, hidden=hidden)
+    sox_opt = Momentum(module.parameters(), lr=1e-3, momentum_weight=0.1)
+    plain_opt = Momentum(plain_model.parameters(), lr=1e-3, momentum_weight=0.1)
+    batches = [make_batch(features, batch, positives, rows, g) for _ in range(inner_loops)]
+
+    def plain_step(b):
+        plain_opt.zero_grad(set_to_none=True)
+        loss = F.binary_cross_entropy_with_logits(plain_model(b["x"]), b["y"].float())
+        loss.backward()
+        plain_opt.step()
+
+    def sox_step(b):
+        sox_opt.zero_grad(set_to_none=True)
+        loss = module.compositional_loss(module(b), b)
+        loss.backward()
+        sox_opt.step()
+
+    def timed(step):
+        start = time.perf_counter()
+        for b in batches:
+            step(b)
+        return (time.perf_counter() - start) / len(batches)
+
+    for _ in range(3):  # warm-up
+        timed(plain_step), timed(sox_step)
+    plain, sox = [], []
+    for _ in range(repeats):
+        plain.append(timed(plain_step))
+        sox.append(timed(sox_step))
+    p, s = statistics.median(plain), statistics.median(sox)
+    return p, s, s / p
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--write", action="store_true", help="write the table into benchmarks/RESULTS.md")
+    args = ap.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    repeats, inner = (7, 10) if args.quick else (21, 20)
+    rows = []
+    for name, features, hidden, batch, positives, state_rows in CASES:
+        p, s, r = time_case(features, hidden, batch, positives, state_rows, repeats, inner)
+        rows.append((name, state_rows, p * 1e3, s * 1e3, r))
+        print(f"{name:36s} state rows {state_rows:>9,d}  plain {p * 1e3:7.3f} ms  SOX {s * 1e3:7.3f} ms  ratio {r:5.3f}")
+    worst = max(r for *_, r in rows)
+    print(f"summary: sox_step_overhead_max={worst:.3f}")
+    if args.write:
+        machine = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+        table = [
+            "## SOX step versus a plain supervised step (CPU)",
+            "",
+            f"Command: `python benchmarks/step_overhead.py --write`. Machine: {machine}.",
+            "Same model, batch and optimizer (`fccolit.optim.Momentum`); plain = BCE with logits; SOX = AP objective",
+            f"with its per-index state. Medians of {repeats} interleaved repetitions of {inner} steps. Target: ratio ≤ 1.15.",
+            "",
+            "| case | state rows | plain step (ms) | SOX step (ms) | ratio |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        table += [f"| {n} | {rws:,} | {p:.3f} | {s:.3f} | {r:.3f} |" for n, rws, p, s, r in rows]
+        write_section(Path(__file__).with_name("RESULTS.md"), "## SOX step versus a plain supervised step", "\n".join(table))
+
+
+def write_section(path: Path, heading: str, text: str) -> None:
+    """Replace the section starting with ``heading`` (up to the next '## ') in ``path``, or append it."""
+    old = path.read_text() if path.exists() else "# Benchmark results\n"
+    lines = old.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(heading)), None)
+    if start is None:
+        new = old.rstrip("\n") + "\n\n" + text + "\n"
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        new = "\n".join(lines[:start] + text.splitlines() + [""] + lines[end:]).rstrip("\n") + "\n"
+    path.write_text(new)
+
+
+if __name__ == "__main__":
+    main()
