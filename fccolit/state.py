@@ -220,41 +220,43 @@ class IndexedState(nn.Module):
         all_index, all_est = tensors[0], tensors[1].to(self.value.dtype)
         all_corr = tensors[2].to(self.value.dtype) if correction is not None else None
 
-        rows, inverse = torch.unique(all_index, sorted=True, return_inverse=True)
-        if rows.shape[0] == all_index.shape[0]:  # no duplicates: a permutation
-            est = torch.empty_like(all_est).index_copy_(0, inverse, all_est)
-            corr = None if all_corr is None else torch.empty_like(all_corr).index_copy_(0, inverse, all_corr)
-        else:  # duplicates: one update with the mean of their estimates
-            counts = torch.zeros(rows.shape[0], dtype=all_est.dtype, device=all_est.device)
-            counts.index_add_(0, inverse, torch.ones_like(all_est[:, 0]))
+        rows, inverse = torch.unique(all_index, sorted=False, return_inverse=True)
+        if rows.shape[0] == all_index.shape[0]:
+            # no duplicates (the common case): work in the batch's own order
+            rows, est, corr, local = all_index, all_est, all_corr, None
+        else:  # duplicates: one update per row with the mean of its estimates (independent of their order)
+            counts = torch.zeros(rows.shape[0], 1, dtype=all_est.dtype, device=all_est.device)
+            counts.index_add_(0, inverse, torch.ones_like(all_est[:, :1]))
             est = torch.zeros(rows.shape[0], self.dim, dtype=all_est.dtype, device=all_est.device)
-            est = est.index_add_(0, inverse, all_est) / counts.unsqueeze(-1)
-            corr = None
-            if all_corr is not None:
-                corr = torch.zeros_like(est).index_add_(0, inverse, all_corr) / counts.unsqueeze(-1)
+            est = est.index_add_(0, inverse, all_est) / counts
+            corr = None if all_corr is None else torch.zeros_like(est).index_add_(0, inverse, all_corr) / counts
+            local = inverse
 
         old = self._read(rows)
-        first = torch.isnan(old[:, 0])
-        old = torch.where(first.unsqueeze(-1), est, old)  # first visit: u^{t−1} := ĝ_i
-        gamma = torch.as_tensor(ema_weight, dtype=old.dtype, device=old.device)
+        unvisited = torch.isnan(old)  # rows are NaN in every component or in none
+        old = torch.where(unvisited, est, old)  # first visit: u^{t−1} := ĝ_i
         target = est if sample_scale == 1.0 else sample_scale * est
-        new = old + gamma * (target - old)  # = (1 − γ)u + γ s ĝ, and exactly ĝ on a first visit when s = 1
+        new = old + ema_weight * (target - old)  # = (1 − γ)u + γ s ĝ, and exactly ĝ on a first visit when s = 1
         if corr is not None and correction_weight != 0.0:
             new = new + correction_weight * (est - corr)
         if sample_scale != 1.0 or corr is not None:
-            new = torch.where(first.unsqueeze(-1), est, new)  # first visit: u_i := ĝ_i
+            new = torch.where(unvisited, est, new)  # first visit: u_i := ĝ_i
         new = self._project(new)
         self.value.index_copy_(0, rows, new)
         if self.decay_unsampled:
+            gamma = torch.as_tensor(ema_weight, dtype=torch.float64, device=self.value.device)
             # exp(-1000) is exactly 0 in float64: a step with γ = 1 erases every unsampled row.
-            self.log_decay_total.add_(torch.log1p(-gamma.to(torch.float64)).clamp_min(-1000.0))
+            self.log_decay_total.add_(torch.log1p(-gamma).clamp_min(-1000.0))
             self.log_decay_mark.index_put_((rows,), self.log_decay_total.expand(rows.shape[0]))
 
-        local = inverse[local_start : local_start + local_size]
+        if local is None and local_size == all_index.shape[0]:
+            return StateUpdate(previous=old, current=new, first_visit=unvisited[:, 0])
+        positions = (inverse if local is not None else torch.arange(all_index.shape[0], device=rows.device))
+        positions = positions[local_start : local_start + local_size]
         return StateUpdate(
-            previous=old.index_select(0, local),
-            current=new.index_select(0, local),
-            first_visit=first.index_select(0, local),
+            previous=old.index_select(0, positions),
+            current=new.index_select(0, positions),
+            first_visit=unvisited[:, 0].index_select(0, positions),
         )
 
     @torch.no_grad()

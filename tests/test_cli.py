@@ -79,7 +79,7 @@ def test_nan_scores_in_training_are_a_clear_error(tmp_path):
         for p in model.parameters():
             p.fill_(float("nan"))
     with pytest.raises(FloatingPointError, match="non-finite"):
-        model.compositional_loss(model(batch), batch)
+        model.compositional_loss(model(batch), batch)[0]
 
 
 def test_nan_scores_in_evaluation_are_a_clear_error():

@@ -2,5 +2,6 @@
 
 from fccolit.algorithms.base import FCCOModule
 from fccolit.algorithms.sox import SOX
+from fccolit.algorithms.supervised import Supervised
 
-__all__ = ["FCCOModule", "SOX"]
+__all__ = ["FCCOModule", "SOX", "Supervised"]

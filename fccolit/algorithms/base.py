@@ -22,7 +22,6 @@ import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
-from torchmetrics import MeanMetric
 
 from fccolit import distributed
 from fccolit.metrics import build_metric, metric_kind
@@ -43,7 +42,8 @@ class FCCOModule(LightningModule):
 
     Args:
         model: the backbone, any ``nn.Module`` mapping ``batch[input_key]`` to scores ``[B]``.
-        objective: the problem (an :class:`~fccolit.objectives.FCCOObjective`).
+        objective: the problem (an :class:`~fccolit.objectives.FCCOObjective`); None only for modules that keep no
+            per-index state (e.g. :class:`~fccolit.algorithms.Supervised`).
         optimizer: a callable ``params -> Optimizer`` (in YAML: ``class_path`` / ``init_args`` of any torch or
             fccolit optimizer). None: the algorithm's paper default (:meth:`default_optimizer`).
         scheduler: a callable ``optimizer -> LR scheduler``, stepped explicitly every ``scheduler_interval``.
@@ -56,11 +56,12 @@ class FCCOModule(LightningModule):
     """
 
     input_key = "x"
+    default_metrics: tuple[str, ...] = ()  # used when there is no objective to ask
 
     def __init__(
         self,
         model: nn.Module,
-        objective: FCCOObjective,
+        objective: FCCOObjective | None = None,
         optimizer: OptimizerFactory | None = None,
         scheduler: SchedulerFactory | None = None,
         scheduler_interval: str = "step",
@@ -85,21 +86,25 @@ class FCCOModule(LightningModule):
         self.state_dtype = getattr(torch, state_dtype)
         if self.data_sizes and hasattr(model, "bind_sizes"):
             model.bind_sizes(self.data_sizes)
-        self.metric_names = list(metrics) if metrics is not None else list(objective.default_metrics)
+        default_metrics = objective.default_metrics if objective is not None else self.default_metrics
+        self.metric_names = list(metrics) if metrics is not None else list(default_metrics)
         self.metrics = nn.ModuleDict(
             {
                 stage: nn.ModuleDict({_metric_key(n): build_metric(n) for n in self.metric_names})
                 for stage in ("val", "test")
             }
         )
-        self.train_objective = MeanMetric()
+        # running sum and count of f_i(u_i) over the epoch (plain tensors: a torchmetrics object costs ~1 ms a step)
+        self.register_buffer("_objective_sum", torch.zeros((), dtype=torch.float64), persistent=False)
+        self.register_buffer("_objective_count", torch.zeros((), dtype=torch.float64), persistent=False)
         self.configure_state()
         self.save_hyperparameters(ignore=["model", "objective", "optimizer", "scheduler"])
 
     # ------------------------------------------------------------------ hooks for algorithms
     def configure_state(self) -> None:
         """Create the per-index state. Default: one :class:`IndexedState` sized by the objective."""
-        self.state = self.make_state(self.objective.inner_dim, name="u")
+        if self.objective is not None:
+            self.state = self.make_state(self.objective.inner_dim, name="u")
 
     def make_state(self, dim: int, name: str, rows_key: str | None = None, **kwargs: Any) -> IndexedState:
         """An :class:`IndexedState` with the objective's rows (or ``data_sizes[rows_key]``) and Ω."""
@@ -136,24 +141,37 @@ class FCCOModule(LightningModule):
             return distributed.all_gather_with_grad(scores), gathered, True
         return scores, batch, False
 
-    def compositional_loss(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The surrogate scalar whose gradient is the algorithm's estimator (also updates the state)."""
+    def compositional_loss(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The surrogate scalar whose gradient is the algorithm's estimator, and ``f_i(u_i)`` of the batch's
+        rows (the plug-in estimate of F, for logging; None when the batch has no outer index). Updates the state.
+        """
         scores, obj_batch, synced = self.objective_inputs(scores, batch)
         inner = self.objective.inner(scores, obj_batch)
         if inner.index.numel() == 0:  # no outer index in this batch: a zero step that keeps DDP in lockstep
-            return scores.sum() * 0.0
+            return scores.sum() * 0.0, None
         u, record = self.update_state(inner, synced)
         weight = self.objective.outer_grad(u, inner.context).detach().to(inner.value.dtype)
         with torch.no_grad():
-            self.train_objective.update(self.objective.outer(record.current, inner.context))
-        return (weight * inner.value).sum(-1).mean()
+            estimate = self.objective.outer(record.current, inner.context)
+        return (weight * inner.value).sum(-1).mean(), estimate
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        loss = self.compositional_loss(self(batch), batch)
+        loss, estimate = self.compositional_loss(self(batch), batch)
         self.optimization_step(loss)
+        self.log_objective_estimate(estimate)
+
+    def log_objective_estimate(self, estimate: torch.Tensor | None) -> None:
+        """Log ``train/objective`` (this step's mean ``f_i(u_i)``, on this rank) and accumulate the epoch's."""
+        if estimate is None:
+            return
+        self._objective_sum += estimate.sum()
+        self._objective_count += estimate.numel()
+        self.log("train/objective", estimate.mean(), on_step=True, on_epoch=False, prog_bar=True)
 
     def optimization_step(self, loss: torch.Tensor) -> None:
-        """zero_grad → manual_backward → clip → step → (scheduler) → log the objective estimate.
+        """zero_grad → manual_backward → clip → step → (scheduler).
 
         The learning rate is logged by Lightning's ``LearningRateMonitor`` (in the default trainer config).
         """
@@ -168,9 +186,16 @@ class FCCOModule(LightningModule):
         scheduler = self.lr_schedulers()
         if scheduler is not None and self.scheduler_interval == "step":
             scheduler.step()
-        self.log("train/objective", self.train_objective, on_step=True, on_epoch=True, prog_bar=True)
 
     def on_train_epoch_end(self) -> None:
+        if self.objective is not None:
+            totals = torch.stack([self._objective_sum, self._objective_count])
+            if distributed.is_distributed():
+                torch.distributed.all_reduce(totals)
+            if totals[1] > 0:  # the exact mean over every rank's rows of the epoch
+                self.log("train/objective_epoch", totals[0] / totals[1], sync_dist=True)
+            self._objective_sum.zero_()
+            self._objective_count.zero_()
         scheduler = self.lr_schedulers()
         if scheduler is not None and self.scheduler_interval == "epoch":
             scheduler.step()

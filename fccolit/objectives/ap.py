@@ -72,7 +72,7 @@ class AveragePrecision(FCCOObjective):
         y = batch["y"].reshape(-1).to(s.dtype)
         anchors = (batch["pos_index"] >= 0).nonzero().flatten()
         ell = self.loss(s.unsqueeze(0) - s.index_select(0, anchors).unsqueeze(1))  # [P, B]: ℓ(s_j − s_i)
-        value = torch.stack([(ell * y).mean(1), ell.mean(1)], dim=-1)
+        value = ell @ (torch.stack([y, torch.ones_like(y)], dim=-1) / s.shape[0])  # [P, 2]: batch means
         return InnerBatch(index=batch["pos_index"].index_select(0, anchors), value=value)
 
     def outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:

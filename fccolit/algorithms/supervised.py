@@ -1,0 +1,37 @@
+"""Plain mini-batch training with a pointwise loss: the cross-entropy baseline, warm-up and pre-training."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fccolit.algorithms.base import FCCOModule
+
+
+class Supervised(FCCOModule):
+    """Binary cross-entropy on the scores (no per-index state). Logs ``train/loss`` (the true mini-batch loss).
+
+    Same model, data, optimizer and metrics interface as the FCCO algorithms, so it is the baseline every
+    benchmark compares against (and the objective of a warm-up phase).
+
+    Args:
+        pos_weight: weight of the positive class in the BCE (1: unweighted).
+        (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`.
+    """
+
+    default_metrics = ("ap", "auroc", "pauc_0.05_0.5")
+
+    def __init__(self, model: nn.Module, pos_weight: float = 1.0, **kwargs) -> None:
+        self.pos_weight = pos_weight
+        super().__init__(model, None, **kwargs)
+
+    def supervised_loss(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        target = batch["y"].reshape(-1).to(scores.dtype)
+        weight = None if self.pos_weight == 1.0 else torch.tensor(self.pos_weight, dtype=scores.dtype)
+        return F.binary_cross_entropy_with_logits(scores.reshape(-1), target, pos_weight=weight)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        loss = self.supervised_loss(self(batch), batch)
+        self.optimization_step(loss)
+        self.log("train/loss", loss.detach(), on_step=True, on_epoch=True, prog_bar=True)
