@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from fccolit.data import TensorDictDataset
+from fccolit.data import TensorDictDataset, binary_fields, binary_sizes
 from fccolit.io.cache import CACHE_DIRNAME, cache_key, cached_arrays, default_cache_dir
 from fccolit.io.libsvm import parse_libsvm
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
@@ -162,12 +162,7 @@ class LibSVMDataModule(FCCODataModule):
         self.cache_key = cache_key(files, options, prefix=f"libsvm-{self.name}")
         self._arrays = cached_arrays(self.cache_dir, self.cache_key, self._build)
         self.label_values = tuple(float(v) for v in self._arrays["label_values"])  # (negative, positive) raw labels
-        train_y = self._arrays["y_train"]
-        self.sizes = {
-            "num_samples": int(train_y.shape[0]),
-            "num_positives": int(np.count_nonzero(train_y)),
-            "num_features": int(self._arrays["x_train"].shape[1]),
-        }
+        self.sizes = binary_sizes({"x": self._arrays["x_train"], "y": self._arrays["y_train"]})
         self._splits: dict[str, dict[str, torch.Tensor]] | None = None
 
     # ------------------------------------------------------------------ building the arrays (cache miss)
@@ -271,15 +266,8 @@ class LibSVMDataModule(FCCODataModule):
     # ------------------------------------------------------------------ LightningDataModule
     @staticmethod
     def _fields(x: np.ndarray, y: np.ndarray) -> dict[str, torch.Tensor]:
-        y_t = torch.from_numpy(np.asarray(y, dtype=np.int64))
-        pos_index = torch.full_like(y_t, -1)
-        pos_index[y_t == 1] = torch.arange(int(y_t.sum()))
-        return {
-            "x": torch.from_numpy(np.array(x, dtype=np.float32)),  # a writable copy of the memory-mapped array
-            "y": y_t,
-            "index": torch.arange(y_t.numel()),
-            "pos_index": pos_index,
-        }
+        # a writable copy of the memory-mapped arrays
+        return binary_fields(torch.from_numpy(np.array(x, dtype=np.float32)), torch.from_numpy(np.asarray(y, dtype=np.int64)))
 
     def prepare_data(self) -> None:
         """Nothing left to do: the cache entry was written (or found) in ``__init__``."""

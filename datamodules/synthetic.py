@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fccolit.data import TensorDictDataset
+from fccolit.data import TensorDictDataset, binary_fields, binary_sizes
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 
 from fccolit.datamodules.base import FCCODataModule
@@ -31,8 +31,8 @@ def make_imbalanced_binary(
 class SyntheticBinaryDataModule(FCCODataModule):
     """Imbalanced binary classification on generated Gaussian data (no files, no download).
 
-    Batch fields: ``x`` ``[B, D]``, ``y`` ``[B]``, ``index`` ``[B]`` (row in its split), ``pos_index`` ``[B]``
-    (row among the training positives, −1 for negatives; the AP state is indexed by it).
+    Batch fields: those of :func:`fccolit.data.binary_fields` (``x``, ``y``, ``index``, ``pos_index``,
+    ``neg_index``).
 
     Args:
         num_samples: rows generated in total (split into train / validation / test).
@@ -69,19 +69,8 @@ class SyntheticBinaryDataModule(FCCODataModule):
         perm = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + 1))
         n_val, n_test = round(val_fraction * num_samples), round(test_fraction * num_samples)
         parts = {"val": perm[:n_val], "test": perm[n_val : n_val + n_test], "train": perm[n_val + n_test :]}
-        self._splits = {name: self._fields(x[idx], y[idx]) for name, idx in parts.items()}
-        train_y = self._splits["train"]["y"]
-        self.sizes = {
-            "num_samples": int(train_y.numel()),
-            "num_positives": int(train_y.sum()),
-            "num_features": num_features,
-        }
-
-    @staticmethod
-    def _fields(x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-        pos_index = torch.full_like(y, -1)
-        pos_index[y == 1] = torch.arange(int(y.sum()))
-        return {"x": x, "y": y, "index": torch.arange(y.numel()), "pos_index": pos_index}
+        self._splits = {name: binary_fields(x[idx], y[idx]) for name, idx in parts.items()}
+        self.sizes = binary_sizes(self._splits["train"])
 
     def setup(self, stage: str | None = None) -> None:
         self.train_dataset = TensorDictDataset(**self._splits["train"])

@@ -36,3 +36,33 @@ class TensorDictDataset(Dataset):
 def identity_collate(batch):
     """The batch is already collated by ``__getitems__``."""
     return batch
+
+
+def binary_fields(x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The batch fields of binary classification for one split.
+
+    Returns ``x`` ``[N, D]``, ``y`` ``[N]`` long in {0, 1}, ``index`` ``[N]`` (row in the split), ``pos_index``
+    ``[N]`` (row among the split's positives, −1 for negatives) and ``neg_index`` ``[N]`` (row among the
+    negatives, −1 for positives): the per-index state of AP is indexed by ``pos_index``, that of p-norm push by
+    ``neg_index``.
+    """
+    y = y.long()
+    positive = y == 1
+    pos_index = torch.full_like(y, -1)
+    pos_index[positive] = torch.arange(int(positive.sum()))
+    neg_index = torch.full_like(y, -1)
+    neg_index[~positive] = torch.arange(int((~positive).sum()))
+    return {"x": x, "y": y, "index": torch.arange(y.numel()), "pos_index": pos_index, "neg_index": neg_index}
+
+
+def binary_sizes(fields: dict[str, torch.Tensor]) -> dict[str, int]:
+    """``num_samples``, ``num_positives``, ``num_negatives`` and ``num_features`` of a training split
+    (tensors or numpy arrays, e.g. memory-mapped ones)."""
+    y = fields["y"]
+    positives = int((y == 1).sum())
+    return {
+        "num_samples": len(y),
+        "num_positives": positives,
+        "num_negatives": len(y) - positives,
+        "num_features": int(fields["x"].shape[1]),
+    }

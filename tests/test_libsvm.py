@@ -260,8 +260,9 @@ def test_label_codings_and_split_without_test_file(tmp_path, labels):
     dm.setup()
     n = {s: len(getattr(dm, f"{s}_dataset")) for s in ("train", "val", "test")}
     assert sum(n.values()) == 1000 and abs(n["val"] - 200) <= 1 and abs(n["test"] - 250) <= 1
-    assert dm.sizes == {"num_samples": n["train"], "num_positives": int(dm.train_dataset.fields["y"].sum()),
-                        "num_features": 6}
+    positives = int(dm.train_dataset.fields["y"].sum())
+    assert dm.sizes == {"num_samples": n["train"], "num_positives": positives,
+                        "num_negatives": n["train"] - positives, "num_features": 6}
     num_pos = int((raw == float(labels[1])).sum())
     assert sum(int(getattr(dm, f"{s}_dataset").fields["y"].sum()) for s in n) == num_pos
     # disjoint splits covering the file (the cached line numbers point back to it)
@@ -361,14 +362,14 @@ def test_build_error_leaves_no_cache_entry(tmp_path):
 def test_smoke_training_batches(tmp_path):
     _write(tmp_path / "toy", _dataset_text(1200, 10, 0.2, seed=7))
     dm = _module(tmp_path, "toy", batch_size=32, num_positives=8, num_batches=5, normalize="minmax", seed=3)
-    assert set(dm.sizes) == {"num_samples", "num_positives", "num_features"} and dm.sizes["num_features"] == 10
+    assert set(dm.sizes) == {"num_samples", "num_positives", "num_negatives", "num_features"} and dm.sizes["num_features"] == 10
     dm.setup("fit")
     loader = dm.train_dataloader()
     assert len(loader) == 5
     batches = [b for _, b in zip(range(2), loader)]
     train = dm.train_dataset.fields
     for batch in batches:
-        assert set(batch) == {"x", "y", "index", "pos_index"}
+        assert set(batch) == {"x", "y", "index", "pos_index", "neg_index"}
         assert batch["x"].shape == (32, 10) and batch["x"].dtype == torch.float32
         assert batch["y"].shape == (32,) and batch["y"].dtype == torch.long
         assert int(batch["y"].sum()) == 8
@@ -399,4 +400,4 @@ def test_real_a9a(tmp_path):
     assert dm.sizes["num_samples"] == 32_561 - round(0.2 * 24_720) - round(0.2 * 7_841)
     assert dm.sizes["num_positives"] == 7_841 - round(0.2 * 7_841)
     full = LibSVMDataModule(A9A, "a9a", val_fraction=0.0, cache_dir=tmp_path / "cache")
-    assert full.sizes == {"num_samples": 32_561, "num_positives": 7_841, "num_features": 123}
+    assert full.sizes == {"num_samples": 32_561, "num_positives": 7_841, "num_negatives": 24_720, "num_features": 123}
