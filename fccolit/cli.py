@@ -51,5 +51,10 @@ def main(args: ArgsType = None, run: bool = True) -> FCCOLitCLI:
     )
 
 
-if __name__ == "__main__":
+def console() -> None:
+    """The ``fccolit`` console script (exit status 0 on success)."""
     main()
+
+
+if __name__ == "__main__":
+    console()

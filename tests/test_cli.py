@@ -28,10 +28,15 @@ def test_help_commands_work(capsys):
     assert "--model" in capsys.readouterr().out
 
 
-def test_console_script_is_installed():
+def test_console_script_is_installed_and_exits_zero_after_training(tmp_path):
     exe = Path(sys.executable).with_name("fccolit")
     proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "fit" in proc.stdout
+    proc = subprocess.run(
+        [str(exe), "fit", "--config", QUICKSTART, "--trainer.fast_dev_run", "1"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_quickstart_runs_under_fast_dev_run(tmp_path):
