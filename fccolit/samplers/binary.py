@@ -1,0 +1,88 @@
+"""Samplers for binary classification: a fixed number of positives and negatives per batch."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import torch
+
+from fccolit.samplers.base import RankAwareBatchSampler
+
+
+def _stream(pool: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:
+    """``count`` draws that walk through fresh random permutations of ``pool`` (without replacement within
+    a permutation, so every element appears once per pass before any repeats)."""
+    passes = max(1, math.ceil(count / pool.numel()))
+    perms = [pool[torch.randperm(pool.numel(), generator=generator)] for _ in range(passes)]
+    return torch.cat(perms)[:count]
+
+
+class DualSampler(RankAwareBatchSampler):
+    """Batches with a fixed number of positives and negatives (for AP / AUC / pAUC objectives).
+
+    Each global batch holds ``num_positives`` positives followed by ``batch_size − num_positives`` negatives.
+    Positives and negatives each walk through random permutations of their class, so rare positives are
+    oversampled (repeated across passes) while negatives are seen once per epoch by default. Rank ``r`` gets
+    ``num_positives / W`` positives and the matching share of negatives.
+
+    Args:
+        labels: ``[N]`` binary labels of the training set (1 positive).
+        batch_size: global batch size B.
+        num_positives: positives per global batch P (default: ``max(1, round(pos_ratio · B))``).
+        pos_ratio: share of positives per batch when ``num_positives`` is not given (default 0.5).
+        num_batches: batches per epoch (default: one pass over the negatives, ``⌈N_neg / (B − P)⌉``).
+    """
+
+    def __init__(
+        self,
+        labels: torch.Tensor,
+        batch_size: int,
+        num_positives: int | None = None,
+        pos_ratio: float = 0.5,
+        num_batches: int | None = None,
+        *,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__(seed=seed, rank=rank, world_size=world_size)
+        labels = torch.as_tensor(labels).reshape(-1)
+        self.positives = torch.nonzero(labels == 1).flatten()
+        self.negatives = torch.nonzero(labels != 1).flatten()
+        if num_positives is None:
+            num_positives = max(1, round(pos_ratio * batch_size))
+        if not 0 < num_positives < batch_size:
+            raise ValueError(
+                f"DualSampler: num_positives must be between 1 and batch_size − 1 = {batch_size - 1}, got {num_positives}"
+            )
+        if self.positives.numel() == 0:
+            raise ValueError("DualSampler: the training labels hold no positive example (label 1)")
+        if self.negatives.numel() == 0:
+            raise ValueError("DualSampler: the training labels hold no negative example")
+        self.batch_size, self.num_positives = int(batch_size), int(num_positives)
+        negatives_per_batch = self.batch_size - self.num_positives
+        self._num_batches = num_batches or math.ceil(self.negatives.numel() / negatives_per_batch)
+
+    def num_batches(self) -> int:
+        return self._num_batches
+
+    def global_batch_size(self) -> int:
+        return self.batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        world = self.world_size
+        if self.num_positives % world:
+            raise ValueError(
+                f"DualSampler: {self.num_positives} positives per batch cannot be split evenly among {world} "
+                "processes; choose num_positives and batch_size as multiples of the number of devices."
+            )
+        return super().__iter__()
+
+    def global_batches(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        n, p = self._num_batches, self.num_positives
+        pos = _stream(self.positives, n * p, generator).view(n, p)
+        neg = _stream(self.negatives, n * (self.batch_size - p), generator).view(n, -1)
+        for b in range(n):
+            # [pos | neg] with P and B − P multiples of W: the slice [r::W] takes P/W positives on every rank
+            yield torch.cat([pos[b], neg[b]])
