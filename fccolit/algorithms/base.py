@@ -86,6 +86,8 @@ class FCCOModule(LightningModule):
         self.state_dtype = getattr(torch, state_dtype)
         if self.data_sizes and hasattr(model, "bind_sizes"):
             model.bind_sizes(self.data_sizes)
+        if self.data_sizes and objective is not None:
+            objective.bind_sizes(self.data_sizes)
         default_metrics = objective.default_metrics if objective is not None else self.default_metrics
         self.metric_names = list(metrics) if metrics is not None else list(default_metrics)
         self.metrics = nn.ModuleDict(

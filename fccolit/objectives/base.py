@@ -71,6 +71,13 @@ class FCCOObjective(nn.Module):
             (grad,) = torch.autograd.grad(self.outer(u, context).sum(), u)
         return grad
 
+    def bind_sizes(self, sizes: dict[str, int]) -> None:
+        """Receive the DataModule's sizes before the state is built (called by the algorithm module).
+
+        Objectives whose estimator needs data counts (e.g. the class-reweighted AP estimator needs n and m)
+        read them here. The default does nothing.
+        """
+
     def state_bounds(self, sizes: dict[str, int]) -> tuple[object, object]:
         """Projection box Ω for the state rows as ``(lower, upper)`` (None: no projection)."""
         return None, None
