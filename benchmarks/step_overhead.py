@@ -11,7 +11,7 @@ backward → the same optimizer step. Two levels are measured:
   timed by a callback from batch start to batch end (logging included, data loading excluded).
 
 Both sides are timed in the same process, interleaved (ABAB...) so machine noise hits both alike; the table
-reports medians and their ratio. ``--write`` replaces this benchmark's section of ``benchmarks/RESULTS.md``.
+reports medians and their ratio. ``--write`` writes ``benchmarks/results/step_overhead.md`` (``benchmarks/collect.py`` assembles RESULTS.md).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def time_lightning(features, hidden, batch, positives, repeats, steps):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--write", action="store_true", help="write the table into benchmarks/RESULTS.md")
+    ap.add_argument("--write", action="store_true", help="write benchmarks/results/step_overhead.md")
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     repeats, inner = (7, 10) if args.quick else (21, 20)
@@ -175,20 +175,9 @@ def main() -> None:
             f"| {n} | {p:.3f} | {s:.3f} | {r:.3f} | {lp:.3f} | {ls:.3f} | {lr:.3f} | {rs:.3f} |"
             for n, rs, p, s, r, lp, ls, lr in rows
         ]
-        write_section(Path(__file__).with_name("RESULTS.md"), "## SOX step versus a plain supervised step", "\n".join(table))
-
-
-def write_section(path: Path, heading: str, text: str) -> None:
-    """Replace the section starting with ``heading`` (up to the next '## ') in ``path``, or append it."""
-    old = path.read_text() if path.exists() else "# Benchmark results\n"
-    lines = old.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith(heading)), None)
-    if start is None:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "\n".join(lines[:start] + text.splitlines() + [""] + lines[end:]).rstrip("\n") + "\n"
-    path.write_text(new)
+        out = Path(__file__).with_name("results") / "step_overhead.md"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text("\n".join(table) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,32 @@
+"""Assemble benchmarks/RESULTS.md from the per-benchmark files in benchmarks/results/.
+
+    python benchmarks/collect.py
+
+Every benchmark script writes its own ``benchmarks/results/<name>.md`` (its table, the command that produced it
+and the machine); this script puts them under one heading, in the order below (others after, alphabetically).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ORDER = ["step_overhead", "song_step", "ranking_data", "image_loaders", "bias_floor", "auprc_a9a", "pauc_a9a",
+         "fairness_adult", "gdro_synthetic"]
+HEADER = """# Benchmark results
+
+Every table below was produced by the script and command it names, on the machine it names; timings are ratios
+measured side by side in one run. Regenerate a section by rerunning its script, then `python benchmarks/collect.py`.
+"""
+
+
+def main() -> None:
+    files = {p.stem: p for p in (HERE / "results").glob("*.md")}
+    names = [n for n in ORDER if n in files] + sorted(n for n in files if n not in ORDER)
+    parts = [HEADER] + [files[n].read_text().strip() + "\n" for n in names]
+    (HERE / "RESULTS.md").write_text("\n".join(parts))
+    print(f"RESULTS.md: {len(names)} sections ({', '.join(names)})")
+
+
+if __name__ == "__main__":
+    main()
