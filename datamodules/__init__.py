@@ -2,6 +2,14 @@
 
 from fccolit.datamodules.base import FCCODataModule
 from fccolit.datamodules.libsvm import LibSVMDataModule
+from fccolit.datamodules.movielens import MovieLensDataModule
+from fccolit.datamodules.mslr import MSLRDataModule
+from fccolit.datamodules.netflix import NetflixDataModule
+from fccolit.datamodules.ranking import RankingDataModule, RecommendationDataModule
 from fccolit.datamodules.synthetic import SyntheticBinaryDataModule
+from fccolit.datamodules.synthetic_multiclass import SyntheticMulticlassDataModule
 
-__all__ = ["FCCODataModule", "LibSVMDataModule", "SyntheticBinaryDataModule"]
+__all__ = [
+    "FCCODataModule", "LibSVMDataModule", "MSLRDataModule", "MovieLensDataModule", "NetflixDataModule",
+    "RankingDataModule", "RecommendationDataModule", "SyntheticBinaryDataModule", "SyntheticMulticlassDataModule",
+]

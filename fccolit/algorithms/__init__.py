@@ -1,7 +1,7 @@
 """One LightningModule per algorithm family; public classes carry the papers' method names."""
 
 from fccolit.algorithms.base import FCCOModule
-from fccolit.algorithms.sox import SOX
+from fccolit.algorithms.sox import ADAP, BSGD, MOAP, MOAPV1, MOAPV2, SOAP, SOX
 from fccolit.algorithms.supervised import Supervised
 
-__all__ = ["FCCOModule", "SOX", "Supervised"]
+__all__ = ["FCCOModule", "SOX", "BSGD", "SOAP", "MOAP", "MOAPV1", "MOAPV2", "ADAP", "Supervised"]

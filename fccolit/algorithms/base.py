@@ -152,6 +152,8 @@ class FCCOModule(LightningModule):
         scores, obj_batch, synced = self.objective_inputs(scores, batch)
         inner = self.objective.inner(scores, obj_batch)
         if inner.index.numel() == 0:  # no outer index in this batch: a zero step that keeps DDP in lockstep
+            if not synced and distributed.is_distributed():
+                self.update_state(inner, synced)  # the other ranks' rows still arrive through its collectives
             return scores.sum() * 0.0, None
         u, record = self.update_state(inner, synced)
         weight = self.objective.outer_grad(u, inner.context).detach().to(inner.value.dtype)

@@ -1,31 +1,91 @@
-"""SOX (seed 001, Algorithm 1) and its named special cases."""
+r"""The SOX family: SOX (seed 001, Algorithm 1) and its named special cases.
+
+One mechanism, four choices. For the sampled outer indices ``i ∈ B_1`` (|B_1| = B1 rows, counted over the global
+batch under DDP) and every step ``t``::
+
+    u_i ← Π_Ω[ (1 − γ) u_i + γ · s · ĝ_i(w_t) ]            sampled rows      (first visit: u_i ← Π_Ω[ĝ_i(w_t)])
+    u_j ← Π_Ω[ (1 − γ) u_j ]   if decay_unsampled,  else u_j unchanged      unsampled rows
+    G   = (1/B1) Σ_{i∈B_1} ∇ĝ_i(w_t) ∇f_i(u_i^{t−1})  ("previous")  or  ∇f_i(u_i^t)  ("fresh")
+    w   ← optimizer step on G                           (Momentum: v ← (1 − β) v + β G ; w ← w − η v)
+
+with γ = ``ema_weight``, ``s = n/B1`` when ``scale_by_n_over_B1`` (else 1), Ω the objective's projection box
+(:meth:`~fccolit.objectives.FCCOObjective.state_bounds`, e.g. ``AveragePrecision(project=True)``; none: no
+projection) and the optimizer any of :mod:`fccolit.optim`. The unsampled decay is lazy
+(:class:`~fccolit.state.IndexedState` with ``decay_unsampled=True``): a row's pending factor ``Π_s (1 − γ_s)`` is
+applied when it is next read, which equals the eager per-step decay for boxes with upper bounds ≥ 0 and
+non-negative rows (the AP state; seed-002 note §2.3).
+
+The named methods are the presets below (their defining choices are fixed, the rest are the papers' defaults):
+
+=============  ======================  ==========  ==============  ============  ==================================
+class          paper                   ordering    unsampled rows  Ω required    optimizer (checked)
+=============  ======================  ==========  ==============  ============  ==================================
+``SOX``        seed 001 Alg. 1         previous    unchanged       no            any (default Momentum β = 0.1)
+``BSGD``       seed 001 §2.1           fresh, γ=1  unchanged       no            Momentum β = 1 / SGD (plug-in)
+``SOAP``       seed 002 eq. (5)        fresh       unchanged       no            SGD, Adam or AMSGrad (``mode``)
+``MOAP``       seed 001 eq. (3)        fresh       × (1 − γ)       no            any (default Momentum β = 0.1)
+``MOAPV1``     seed 002 Alg. 1         fresh       unchanged       yes           any (default Momentum β1 = 0.1)
+``MOAPV2``     seed 002 Alg. 2         fresh       × (1 − β0)      yes           any (default Momentum β1 = 0.1)
+``ADAP``       seed 002 Alg. 3         fresh       × (1 − β0)      yes           AdaptiveMomentum, no bias corr.
+=============  ======================  ==========  ==============  ============  ==================================
+
+**MOAP of seed 001 is MOAP-V2 of seed 002.** Seed 001's eq. (3) cites Wang et al. (2021), which is seed 002; its
+update (all rows decay by ``1 − γ``, sampled rows add ``γ (n/B1) ĝ_i``) is MOAP-V2's step 5 with seed 002's
+``(β0, m, B)`` written ``(γ, n, B1)``, without the projection Π_Ω, and both feed the updated ``u`` into ∇f
+(seed 002: ``∇f([U_{t+1}]_i)``). So there is one implementation, :class:`MOAP`; :class:`MOAPV2` is the same
+class with the projection required and seed 002's tied ``β0 = β1``. With ``scale_by_n_over_B1=False``, MOAP is
+the variant the SOX authors' p-norm push code ran (decay without the n/B1 factor; seed-001 note §2.4).
+
+Under DDP the state is all-gathered and updated identically on every rank (:mod:`fccolit.state`), B1 is the
+number of sampled rows of the *global* batch, and the lazy-decay counters advance by the same ``log(1 − γ_t)``
+on every rank (γ_t is set identically on every rank, e.g. by :mod:`fccolit.callbacks.schedules`).
+
+Learning rates: the papers tune η (seed 001: {1e-4, ..., 1e-1} for deep models; seed 002: {20, 10, 1, 0.1,
+0.01} for linear models); the default optimizers use ``lr=1e-3``, a library assumption. Configure the
+optimizer explicitly in experiments.
+"""
 
 from __future__ import annotations
+
+from typing import Any, Iterable
 
 import torch
 from torch import nn
 
+from fccolit import distributed
 from fccolit.algorithms.base import FCCOModule
 from fccolit.objectives.base import InnerBatch
+from fccolit.optim import AdaptiveMomentum, Momentum
 from fccolit.state import StateUpdate
+
+__all__ = ["SOX", "BSGD", "SOAP", "MOAP", "MOAPV1", "MOAPV2", "ADAP"]
+
+_ORDERINGS = ("previous", "fresh")
+
+
+def _check_weight(name: str, value: float, symbol: str) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 < value <= 1.0:
+        raise ValueError(f"{name} ({symbol}, the weight of the new inner estimate) must be in (0, 1], got {value!r}")
 
 
 class SOX(FCCOModule):
-    r"""SOX: selective moving averages of the inner values plus gradient momentum.
-
-    For the sampled outer indices ``i ∈ B_1`` (others unchanged, the "selective update")::
-
-        u_i ← (1 − γ) u_i + γ ĝ_i(w_t)                        (first visit: u_i ← ĝ_i(w_t))
-        G   = (1/B1) Σ_{i∈B_1} ∇ĝ_i(w_t) ∇f_i(u_i^{t−1})      ("previous", as analysed)
-                                     or ∇f_i(u_i^t)           ("fresh", as the experiments ran; SOAP, LibAUC)
-        v   ← (1 − β) v + β G ;   w ← w − η v                 (the optimizer: :class:`fccolit.optim.Momentum`)
+    r"""SOX: selective moving averages of the inner values plus gradient momentum (seed 001, Algorithm 1), and
+    the one mechanism every preset of this module configures (see the module docstring for the formula).
 
     Args:
-        ema_weight: γ, weight of the new inner estimate (the paper found γ = 1 never best; 0.1 on CIFAR-10,
-            0.5 on CIFAR-100).
-        u_for_gradient: ``"previous"`` (u^{t−1}, Algorithm 1, the default) or ``"fresh"`` (u^t).
+        model: the backbone (scores ``[B]``).
+        objective: the FCCO problem (:class:`~fccolit.objectives.FCCOObjective`).
+        ema_weight: γ, the weight of the new inner estimate (γ in SOX / MOAP of seed 001; β in SOAP's eq. (5);
+            β0 in MOAP-V1/V2 and ADAP). Default 0.1: seed 001's best γ on CIFAR-10 (γ = 1 was never best; 0.5
+            on CIFAR-100).
+        u_for_gradient: ``"previous"`` (u^{t−1} in ∇f, as analysed in seed 001, the default) or ``"fresh"``
+            (u^t, as the experiments of seed 001 and every algorithm of seed 002 ran).
+        decay_unsampled: multiply every unsampled row by ``1 − γ`` each step (MOAP / MOAP-V2 / ADAP's randomized
+            coordinate update), lazily. Default False: SOX's selective update.
+        scale_by_n_over_B1: multiply the new estimate of a sampled row by ``n/B1`` (n state rows, B1 sampled
+            rows of the global batch; seed 001 eq. (3), seed 002's ``m/B``). Needs ``decay_unsampled``.
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`. The momentum β and step η belong to the
-            optimizer; the default is ``Momentum(lr=1e-3, momentum_weight=0.1)`` (β = 0.1, the paper's choice).
+            optimizer; the default is ``Momentum(lr=1e-3, momentum_weight=0.1)`` (β = 0.1, seed 001's choice).
     """
 
     def __init__(
@@ -34,16 +94,323 @@ class SOX(FCCOModule):
         objective: nn.Module,
         ema_weight: float = 0.1,
         u_for_gradient: str = "previous",
-        **kwargs,
+        decay_unsampled: bool = False,
+        scale_by_n_over_B1: bool = False,
+        **kwargs: Any,
     ) -> None:
-        if not 0.0 < ema_weight <= 1.0:
-            raise ValueError(f"ema_weight (γ) must be in (0, 1], got {ema_weight}")
-        if u_for_gradient not in ("previous", "fresh"):
+        _check_weight("ema_weight", ema_weight, "γ")
+        if u_for_gradient not in _ORDERINGS:
             raise ValueError(f"u_for_gradient must be 'previous' or 'fresh', got {u_for_gradient!r}")
+        if scale_by_n_over_B1 and not decay_unsampled:
+            raise ValueError(
+                "scale_by_n_over_B1=True needs decay_unsampled=True: the n/B1 factor of MOAP's randomized coordinate "
+                "update is only unbiased together with the decay of the unsampled rows (seed 001 eq. (3))"
+            )
         self.ema_weight = ema_weight
         self.u_for_gradient = u_for_gradient
+        self.decay_unsampled = bool(decay_unsampled)
+        self.scale_by_n_over_B1 = bool(scale_by_n_over_B1)
         super().__init__(model, objective, **kwargs)
 
+    # ------------------------------------------------------------------ state
+    def configure_state(self) -> None:
+        if self.objective is not None:
+            self.state = self.make_state(self.objective.inner_dim, name="u", decay_unsampled=self.decay_unsampled)
+
+    def sampled_rows(self, inner: InnerBatch, synced: bool) -> int:
+        """B1: the number of outer indices sampled this step, over the global batch (identical on every rank)."""
+        count = inner.index.numel()
+        if synced or not distributed.is_distributed():
+            return count
+        total = torch.tensor([count], dtype=torch.long, device=inner.index.device)
+        torch.distributed.all_reduce(total)
+        return int(total.item())
+
+    def sample_scale(self, inner: InnerBatch, synced: bool) -> float:
+        """s, the factor of the new estimate: ``n/B1`` with ``scale_by_n_over_B1``, else 1."""
+        if not self.scale_by_n_over_B1:
+            return 1.0
+        return self.state.num_rows / self.sampled_rows(inner, synced)
+
     def update_state(self, inner: InnerBatch, synced: bool) -> tuple[torch.Tensor, StateUpdate]:
-        record = self.state.update(inner.index, inner.value, ema_weight=self.ema_weight, synced=synced)
+        _check_weight("ema_weight", self.ema_weight, "γ")  # a schedule may have set it
+        record = self.state.update(
+            inner.index,
+            inner.value,
+            ema_weight=self.ema_weight,
+            sample_scale=self.sample_scale(inner, synced),
+            synced=synced,
+        )
         return (record.current if self.u_for_gradient == "fresh" else record.previous), record
+
+    # ------------------------------------------------------------------ optimizer
+    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Raise if ``optimizer`` is not the one the method is defined with (presets override; SOX takes any)."""
+
+    def configure_optimizers(self) -> Any:
+        configured = super().configure_optimizers()
+        self.check_optimizer(configured["optimizer"] if isinstance(configured, dict) else configured)
+        return configured
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def _take_defining(preset: str, kwargs: dict[str, Any], **defining: Any) -> None:
+    """Remove the preset's defining arguments from ``kwargs`` (the preset passes them itself). The same values
+    may come back (a checkpoint's hyper-parameters hold them); different ones are refused, naming the general
+    class. (The preset passes them *explicitly* to ``super().__init__``, so the CLI does not offer them.)"""
+    for name, value in defining.items():
+        if name in kwargs:
+            given = kwargs.pop(name)
+            if given != value:
+                raise ValueError(
+                    f"{preset} is defined by {name}={value!r}, got {name}={given!r}: use "
+                    f"fccolit.algorithms.sox.SOX, which takes any {name}"
+                )
+
+
+def _plain_sgd(optimizer: torch.optim.Optimizer) -> bool:
+    """The step is ``w ← w − η G``: Momentum with β = 1, or torch SGD without momentum."""
+    if isinstance(optimizer, Momentum):
+        return all(float(g["momentum_weight"]) == 1.0 for g in optimizer.param_groups)
+    if type(optimizer) is torch.optim.SGD:
+        return all(float(g["momentum"]) == 0.0 and not g["nesterov"] for g in optimizer.param_groups)
+    return False
+
+
+def _describe(optimizer: torch.optim.Optimizer) -> str:
+    keys = ("lr", "momentum_weight", "momentum", "second_moment", "bias_correction", "amsgrad")
+    group = optimizer.param_groups[0]
+    return f"{type(optimizer).__name__}(" + ", ".join(f"{k}={group[k]!r}" for k in keys if k in group) + ")"
+
+
+def _adam_like(optimizer: torch.optim.Optimizer, amsgrad: bool) -> bool:
+    """Bias-corrected Adam (or AMSGrad): ``AdaptiveMomentum(bias_correction=True)`` or torch's Adam."""
+    if isinstance(optimizer, AdaptiveMomentum):
+        variant = "amsgrad" if amsgrad else "adam"
+        return all(g["bias_correction"] and g["second_moment"] == variant for g in optimizer.param_groups)
+    if type(optimizer) in (torch.optim.Adam, torch.optim.AdamW):
+        return all(bool(g["amsgrad"]) == amsgrad for g in optimizer.param_groups)
+    return False
+
+
+# ---------------------------------------------------------------------------------------------- presets
+class BSGD(SOX):
+    r"""BSGD (Hu et al. 2020; seed 001 §2.1, Table 1): the plain plug-in mini-batch estimator, no momentum::
+
+        G = (1/B1) Σ_{i∈B_1} ∇ĝ_i(w) ∇f_i(ĝ_i(w)),    w ← w − η G
+
+    i.e. SOX with γ = 1 and the fresh ordering (u_i = ĝ_i of this step) and β = 1. Biased for non-linear f_i
+    (its bias floor shrinks only with the inner batch). The state is kept only to log ``train/objective``.
+
+    Args:
+        model, objective, (the rest): see :class:`SOX`. The optimizer must take plain SGD steps
+            (``Momentum(momentum_weight=1)``, the default with ``lr=1e-3`` [assumption], or ``torch.optim.SGD``
+            without momentum).
+    """
+
+    def __init__(self, model: nn.Module, objective: nn.Module, **kwargs: Any) -> None:
+        _take_defining("BSGD", kwargs, ema_weight=1.0, u_for_gradient="fresh", decay_unsampled=False,
+                       scale_by_n_over_B1=False)
+        super().__init__(
+            model, objective, ema_weight=1.0, u_for_gradient="fresh", decay_unsampled=False,
+            scale_by_n_over_B1=False, **kwargs,
+        )
+
+    def default_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        return Momentum(params, lr=1e-3, momentum_weight=1.0)
+
+    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        if not _plain_sgd(optimizer):
+            raise ValueError(
+                f"BSGD takes plain SGD steps (β = 1, no momentum; seed 001 §2.1), got {_describe(optimizer)}: use "
+                "fccolit.optim.Momentum with momentum_weight: 1.0, or SOX for a momentum method"
+            )
+
+
+class SOAP(SOX):
+    r"""SOAP (Qi et al. 2021; seed 002 eq. (5), seed 001 §3.1): selective moving average, fresh ``u``, no
+    momentum::
+
+        u_i ← (1 − β) u_i + β ĝ_i   (i ∈ B_t; others unchanged; no projection in eq. (5))
+        ∇̃  = (1/B) Σ_{i∈B_t} ∇ĝ_i ∇f([U_{t+1}]_i),    w ← w − η ∇̃          (mode "sgd")
+
+    ``mode="adam"`` / ``"amsgrad"`` replace the last step by a standard Adam / AMSGrad step on ∇̃ ("SOAP (Adam)",
+    "SOAP (AMSGrad)" of seed 002 Table 1; the paper gives no details, so this is torch's bias-corrected Adam
+    [assumption]): ``AdaptiveMomentum(bias_correction=True)`` ≙ ``torch.optim.Adam``.
+
+    Args:
+        ema_weight: the moving-average weight (β in seed 002 eq. (5), γ in seed 001). Default 0.9: LibAUC's
+            ``APLoss`` default (the SOAP authors' library) [assumption; seed 002 tunes it in {0.9, 0.5, 0.1}].
+        mode: ``"sgd"`` (default), ``"adam"`` or ``"amsgrad"``; selects the default optimizer (``lr=1e-3``
+            [assumption]; Adam's β1 = 0.1 and β' = 0.001, torch's defaults) and the check of a configured one.
+        (the rest): see :class:`SOX`. Ω: SOAP's eq. (5) has no projection; an objective with Ω (e.g.
+            ``AveragePrecision(project=True)``) adds it.
+    """
+
+    MODES = ("sgd", "adam", "amsgrad")
+
+    def __init__(
+        self, model: nn.Module, objective: nn.Module, ema_weight: float = 0.9, mode: str = "sgd", **kwargs: Any
+    ) -> None:
+        if mode not in self.MODES:
+            raise ValueError(f"SOAP mode must be one of {', '.join(map(repr, self.MODES))}, got {mode!r}")
+        self.mode = mode
+        _take_defining("SOAP", kwargs, u_for_gradient="fresh", decay_unsampled=False, scale_by_n_over_B1=False)
+        super().__init__(
+            model, objective, ema_weight=ema_weight, u_for_gradient="fresh", decay_unsampled=False,
+            scale_by_n_over_B1=False, **kwargs,
+        )
+
+    def default_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        if self.mode == "sgd":
+            return Momentum(params, lr=1e-3, momentum_weight=1.0)
+        return AdaptiveMomentum(params, lr=1e-3, second_moment=self.mode, bias_correction=True)
+
+    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        ok = _plain_sgd(optimizer) if self.mode == "sgd" else _adam_like(optimizer, amsgrad=self.mode == "amsgrad")
+        if not ok:
+            expected = {
+                "sgd": "plain SGD steps (fccolit.optim.Momentum with momentum_weight: 1.0, or torch.optim.SGD)",
+                "adam": "bias-corrected Adam (fccolit.optim.AdaptiveMomentum with bias_correction: true, or "
+                "torch.optim.Adam)",
+                "amsgrad": "bias-corrected AMSGrad (fccolit.optim.AdaptiveMomentum with second_moment: amsgrad and "
+                "bias_correction: true, or torch.optim.Adam with amsgrad: true)",
+            }[self.mode]
+            raise ValueError(f"SOAP (mode={self.mode!r}) takes {expected}; got {_describe(optimizer)}")
+
+
+class MOAP(SOX):
+    r"""MOAP (Wang et al. 2021): the randomized coordinate update of ``u`` plus gradient momentum.
+
+    Seed 001 eq. (3) (no projection) and seed 002 Algorithm 2 (MOAP-V2, with Π_Ω; see :class:`MOAPV2`)::
+
+        u_i ← Π_Ω[ (1 − γ) u_i + γ (n/B1) ĝ_i ]   (i ∈ B_1),     u_j ← Π_Ω[ (1 − γ) u_j ]   (j ∉ B_1, lazily)
+        G   = (1/B1) Σ_{i∈B_1} ∇ĝ_i ∇f_i(u_i^t),   v ← (1 − β) v + β G,   w ← w − η v
+
+    A row's first visit sets ``u_i ← ĝ_i`` (unscaled, the library's first-visit rule; seed 002 leaves U_1 open).
+
+    Args:
+        ema_weight: γ (β0 in seed 002). Default 0.1 [assumption: seed 001's README settings for MOAP range over
+            {0.5, 0.9}; seed 002 tunes β0 = β1 in {0.9, 0.5, 0.1}; 0.1 matches the default momentum β].
+        scale_by_n_over_B1: the ``n/B1`` factor of eq. (3) (default True); False is the decay-only variant the
+            SOX authors' code ran.
+        (the rest): see :class:`SOX`; default optimizer ``Momentum(lr=1e-3, momentum_weight=0.1)``.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: nn.Module,
+        ema_weight: float = 0.1,
+        scale_by_n_over_B1: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        _take_defining(type(self).__name__, kwargs, u_for_gradient="fresh", decay_unsampled=True)
+        super().__init__(
+            model, objective, ema_weight=ema_weight, u_for_gradient="fresh", decay_unsampled=True,
+            scale_by_n_over_B1=scale_by_n_over_B1, **kwargs,
+        )
+
+
+class _RequiresProjection:
+    """Mixin of seed 002's methods: U is projected onto Ω (the objective's ``state_bounds``)."""
+
+    require_projection: bool = True
+
+    def configure_state(self) -> None:
+        super().configure_state()
+        if self.require_projection and not self.state.has_bounds:
+            raise ValueError(
+                f"{type(self).__name__} projects U onto Ω (seed 002, Algorithms 1-3, step 5), but the objective "
+                f"{type(self.objective).__name__} defines no Ω: use AveragePrecision(project=True) (in YAML: "
+                "objective.init_args.project: true), or pass require_projection=False to run without the projection"
+            )
+
+
+class MOAPV1(_RequiresProjection, SOX):
+    r"""MOAP-V1 (seed 002, Algorithm 1): SOAP's selective U-update with the projection Π_Ω, plus momentum::
+
+        [U_{t+1}]_i = Π_Ω[ (1 − β0) [U_t]_i + β0 ĝ_i ]   (i ∈ B_t; others unchanged)
+        ∇̃ = (1/B) Σ_{i∈B_t} ∇ĝ_i ∇f([U_{t+1}]_i),   m ← (1 − β1) m + β1 ∇̃,   w ← w − η m
+
+    Equals MOAP-V2 when B = m (every row sampled every step) and SOAP (SGD) when β1 = 1.
+
+    Args:
+        ema_weight: β0. Default 0.1 [assumption: seed 002 ties β0 = β1 and tunes them in {0.9, 0.5, 0.1}].
+        require_projection: raise unless the objective defines Ω (default True, as in the paper).
+        (the rest): see :class:`SOX`; β1 and η are the optimizer's (default ``Momentum(lr=1e-3,
+            momentum_weight=0.1)``).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: nn.Module,
+        ema_weight: float = 0.1,
+        require_projection: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        self.require_projection = require_projection
+        _take_defining("MOAPV1", kwargs, u_for_gradient="fresh", decay_unsampled=False, scale_by_n_over_B1=False)
+        super().__init__(
+            model, objective, ema_weight=ema_weight, u_for_gradient="fresh", decay_unsampled=False,
+            scale_by_n_over_B1=False, **kwargs,
+        )
+
+
+class MOAPV2(_RequiresProjection, MOAP):
+    r"""MOAP-V2 (seed 002, Algorithm 2): the randomized coordinate update with Π_Ω, plus momentum::
+
+        [U_{t+1}]_i = Π_Ω[ (1 − β0) [U_t]_i + β0 (m/B) ĝ_i ]   (i ∈ B_t)
+        [U_{t+1}]_j = Π_Ω[ (1 − β0) [U_t]_j ]                 (j ∉ B_t: lazily, exactly the eager result)
+        ∇̃ = (1/B) Σ_{i∈B_t} ∇ĝ_i ∇f([U_{t+1}]_i),   m ← (1 − β1) m + β1 ∇̃,   w ← w − η m
+
+    Seed 001's :class:`MOAP` with the projection required (m = n rows, B = B1 sampled rows of the global batch).
+    The linear experiments decrease η and β0 = β1 like 1/√t (:class:`fccolit.callbacks.schedules.InverseSqrtSchedule`).
+
+    Args:
+        ema_weight: β0. Default 0.1 [assumption, as :class:`MOAPV1`].
+        require_projection: raise unless the objective defines Ω (default True).
+        (the rest): see :class:`SOX`; default optimizer ``Momentum(lr=1e-3, momentum_weight=0.1)``.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: nn.Module,
+        ema_weight: float = 0.1,
+        require_projection: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        self.require_projection = require_projection
+        _take_defining(type(self).__name__, kwargs, scale_by_n_over_B1=True)
+        super().__init__(model, objective, ema_weight=ema_weight, scale_by_n_over_B1=True, **kwargs)
+
+
+class ADAP(MOAPV2):
+    r"""ADAP (seed 002, Algorithm 3): MOAP-V2's state and estimator with an Adam-type step, no bias correction::
+
+        m ← (1 − β1) m + β1 ∇̃,    v ← h_t(v, ∇̃²),    w ← w − η m / (√v + δ)
+
+    with ``h_t`` one of eq. (13)'s four second moments (Adam, AMSGrad, AdaGrad-mean, AdaBound with static
+    bounds), selected by :class:`fccolit.optim.AdaptiveMomentum`'s ``second_moment`` (default ``"adam"``, the
+    only variant of the paper's experiments). The optimizer must be an ``AdaptiveMomentum`` with
+    ``bias_correction=False``.
+
+    Args:
+        ema_weight: β0. Default 0.1 [assumption, as :class:`MOAPV1`].
+        (the rest): see :class:`MOAPV2`; default optimizer ``AdaptiveMomentum(lr=1e-3, momentum_weight=0.1,
+            second_moment_weight=0.001, eps=1e-8)`` (β1 = 0.1 [assumption: seed 002 ties β0 = β1]; β' and δ are
+            not given by the paper: torch's defaults [assumption]).
+    """
+
+    def default_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        return AdaptiveMomentum(params, lr=1e-3, momentum_weight=0.1)
+
+    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        if not isinstance(optimizer, AdaptiveMomentum) or any(g["bias_correction"] for g in optimizer.param_groups):
+            raise ValueError(
+                "ADAP takes the Adam-type step of seed 002 Algorithm 3 without bias correction: use "
+                "fccolit.optim.AdaptiveMomentum (bias_correction: false; second_moment: adam, amsgrad, adagrad or "
+                f"adabound), got {_describe(optimizer)}"
+            )

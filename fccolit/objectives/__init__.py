@@ -2,5 +2,8 @@
 
 from fccolit.objectives.ap import AveragePrecision
 from fccolit.objectives.base import FCCOObjective, InnerBatch
+from fccolit.objectives.listwise import ListwiseCE
+from fccolit.objectives.nca import NCA
+from fccolit.objectives.pnorm_push import PNormPush
 
-__all__ = ["FCCOObjective", "InnerBatch", "AveragePrecision"]
+__all__ = ["FCCOObjective", "InnerBatch", "AveragePrecision", "ListwiseCE", "NCA", "PNormPush"]

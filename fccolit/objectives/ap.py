@@ -1,4 +1,4 @@
-"""Average precision (AUPRC) as an FCCO problem (seed 001 §4.1, seed 002 eqs. (2)–(4))."""
+"""Average precision (AUPRC) as an FCCO problem (seed 001 §1.4, seed 002 eqs. (2)–(4), §1.6–1.7)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,48 @@ class AveragePrecision(FCCOObjective):
         \qquad g_i(w) = \frac{1}{n} \sum_{j=1}^{n} \big[\, \mathbb{1}(y_j = 1)\, ℓ(s_j - s_i),\; ℓ(s_j - s_i) \,\big]
 
     One state row per positive (``pos_index``), two components: ``u_1`` tracks the surrogate count of positives
-    ranked above positive ``i`` and ``u_2`` the surrogate count of all examples ranked above it (both as means
-    over the data, so the scale of the state does not grow with n; f and the update are scale-invariant).
-    The self pair ``j = i`` is kept in both sums: it gives ``u_2 ≥ ℓ(0)/n > 0``.
+    ranked above positive ``i`` and ``u_2`` the surrogate count of all examples ranked above it. The self pair
+    ``j = i`` is kept in both sums: it gives ``u_2 ≥ ℓ(0)/n > 0``.
 
-    The mini-batch estimate uses every sample of the batch as the inner set of every positive anchor in it, so
-    under DDP the batch is gathered (with gradient) and every rank evaluates the global batch.
+    Scale (``inner_scale``): ``"mean"`` (default, the formula above: the state does not grow with n) or
+    ``"sum"`` (seed 002's ``g_i = Σ_j``, n times larger). ``f`` is scale-invariant and ``∇f(c·u) = ∇f(u)/c``,
+    so both scales give the same objective and the same updates of every algorithm (seed 002 §1.7, tested);
+    only Ω changes. ``"sum"`` needs ``num_samples`` (:meth:`bind_sizes`).
+
+    Inner estimators (``inner_estimator``), both using every sample of the batch as the inner set of every
+    positive anchor in it (so under DDP the batch is gathered with gradient and every rank evaluates it):
+
+    * ``"batch_mean"`` (default; what SOAP / LibAUC compute): ``ĝ_i = (1/|B|) Σ_{j∈B} [1(y_j=1) ℓ_ij, ℓ_ij]``.
+      Unbiased for ``g_i`` only when the batch is a uniform sample of the data. A class-stratified batch
+      (:class:`~fccolit.samplers.DualSampler`: P positives and Q negatives per batch) reweights the classes
+      (seed 002 §1.6): the batch mean then estimates the inner value of data whose positive share is P/|B|.
+    * ``"reweighted"``: unbiased for ``g_i`` under class-stratified batches. With P positives (the anchor
+      among them) and Q negatives in the batch, m positives and n samples in the training data::
+
+          ĝ_i1 = ( ℓ_ii + ((m − 1)/(P − 1)) Σ_{j∈B+, j≠i} ℓ_ij ) / n
+          ĝ_i2 = ĝ_i1 + ((n − m)/Q) Σ_{j∈B−} ℓ_ij / n
+
+      (times n on the sum scale). This corrects seed 002 §1.6's ``(m/P) Σ_{j∈B+} ℓ_ij``, which is unbiased
+      only when the inner sample is drawn independently of the anchor (the paper's S_1): here the anchor is
+      always in its own batch, so the self pair ``ℓ_ii = ℓ(0)`` must count once and the other P − 1 batch
+      positives are a uniform sample of the other m − 1 positives (tested by enumerating every batch). The
+      anchor's self pair is its own batch position; with P = 1 the other positives are not estimated (0), and
+      with Q = 0 the negatives are not. Needs ``num_samples`` and ``num_positives`` (:meth:`bind_sizes`).
+
+    Projection (``project=True``): the box Ω of seed 002 §1.7 derived from the surrogate and the score
+    range. With ``C = ℓ(0)`` (the self pair, Assumption 1(i)) and ``M = max ℓ = ℓ(r)`` over score margins in
+    ``[−r, r]`` (r = ``score_range``, 1 for sigmoid scores; every surrogate here is non-decreasing): squared
+    hinge ``C = γ²``, ``M = (r + γ)²``; sigmoid ``C = 1/2``, ``M = sigmoid(scale·r)``. Then
+
+    * ``"reweighted"`` (and the exact ``g_i``): seed 002's Ω, ``u_1 ≤ M·m``, ``C ≤ u_2 ≤ M·n`` on the sum
+      scale and ``u_1 ≤ M·m/n``, ``C/n ≤ u_2 ≤ M`` on the mean scale. Every reweighted estimate lies in Ω.
+    * ``"batch_mean"``: a batch may hold more positives than their share m/n (a DualSampler oversamples them),
+      so its estimates can exceed ``u_1 ≤ M·m/n``; Ω keeps only the bounds that hold for every batch:
+      ``u_1 ≤ M``, ``C/n ≤ u_2 ≤ M`` (mean; the self pair gives ``ĝ_2 ≥ C/|B| ≥ C/n``), and for the sum scale
+      (the batch mean times n) ``u_1 ≤ M·n``, ``C ≤ u_2 ≤ M·n``.
+
+    The projection keeps ``∇f`` bounded (``u_2 ≥ C/n``) and is what MOAP-V2 / ADAP need for their decaying
+    rows; it needs ``num_samples`` and ``num_positives``.
 
     Args:
         surrogate: ``"squared_hinge"`` (the papers' choice) or ``"sigmoid"`` (seed 002's logistic), or any name
@@ -32,8 +68,11 @@ class AveragePrecision(FCCOObjective):
         margin: ``γ`` of the squared hinge ``max(0, s_j − s_i + γ)²`` (seed 002; LibAUC uses 1.0).
         scale: slope of the sigmoid / logistic surrogates.
         score_transform: ``"sigmoid"`` maps logits to (0, 1) as the papers do; ``"identity"`` uses raw scores.
-        project: project the state onto seed 002's Ω (mean scale): ``u_1 ≤ M·m/n``, ``C/n ≤ u_2 ≤ M``, where
-            ``C = ℓ(0)`` and ``M = max ℓ`` over sigmoid scores. Needs sigmoid scores.
+        project: project the state onto Ω (above).
+        inner_estimator: ``"batch_mean"`` or ``"reweighted"`` (above).
+        inner_scale: ``"mean"`` or ``"sum"`` (above).
+        score_range: r, the width of the interval holding the (transformed) scores, for Ω. None: 1 for sigmoid
+            scores; required with ``project=True`` and ``score_transform="identity"`` (raw scores are unbounded).
 
     Batch fields: ``y`` ``[B]`` (1 positive, 0 negative) and ``pos_index`` ``[B]`` (row of each positive in the
     state, −1 for negatives).
@@ -53,16 +92,52 @@ class AveragePrecision(FCCOObjective):
         scale: float = 1.0,
         score_transform: str = "sigmoid",
         project: bool = False,
+        inner_estimator: str = "batch_mean",
+        inner_scale: str = "mean",
+        score_range: float | None = None,
     ) -> None:
         super().__init__()
         if score_transform not in ("sigmoid", "identity"):
             raise ValueError(f"score_transform must be 'sigmoid' or 'identity', got {score_transform!r}")
-        if project and score_transform != "sigmoid":
-            raise ValueError("project=True derives Ω from sigmoid scores in [0, 1]: use score_transform='sigmoid'")
+        if inner_estimator not in ("batch_mean", "reweighted"):
+            raise ValueError(f"inner_estimator must be 'batch_mean' or 'reweighted', got {inner_estimator!r}")
+        if inner_scale not in ("mean", "sum"):
+            raise ValueError(f"inner_scale must be 'mean' or 'sum', got {inner_scale!r}")
+        if score_range is None and score_transform == "sigmoid":
+            score_range = 1.0
+        if project and score_range is None:
+            raise ValueError(
+                "project=True derives Ω from the range of the scores: raw scores (score_transform='identity') are "
+                "unbounded, so give score_range (the width of the interval holding them) or use sigmoid scores"
+            )
+        if score_range is not None and not score_range > 0:
+            raise ValueError(f"score_range must be positive, got {score_range}")
         self.surrogate, self.margin, self.scale = surrogate, margin, scale
         self.score_transform, self.project = score_transform, project
+        self.inner_estimator, self.inner_scale, self.score_range = inner_estimator, inner_scale, score_range
         self.loss = pairwise_surrogate(surrogate, margin, scale)
+        self.sizes: dict[str, int] = {}
 
+    # ------------------------------------------------------------------ data sizes
+    def bind_sizes(self, sizes: dict[str, int]) -> None:
+        """Take the training data's sizes (``num_samples`` = n, ``num_positives`` = m)."""
+        self.sizes = {k: int(v) for k, v in sizes.items()}
+
+    # FCCOModule.make_state passes the module's data sizes to num_rows and state_bounds: bind them there (until
+    # FCCOModule calls bind_sizes itself).
+    def num_rows(self, sizes: dict[str, int]) -> int:
+        self.bind_sizes(sizes)
+        return super().num_rows(sizes)
+
+    def _size(self, key: str, why: str) -> int:
+        if key not in self.sizes:
+            raise ValueError(
+                f"AveragePrecision({why}) needs the training data's '{key}': build it through an fccolit module "
+                "with the DataModule's sizes (data_sizes), or call bind_sizes(sizes)"
+            )
+        return self.sizes[key]
+
+    # ------------------------------------------------------------------ the inner values
     def _scores(self, scores: torch.Tensor) -> torch.Tensor:
         scores = scores.reshape(-1)
         return torch.sigmoid(scores) if self.score_transform == "sigmoid" else scores
@@ -70,20 +145,59 @@ class AveragePrecision(FCCOObjective):
     def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
         s = self._scores(scores)
         y = batch["y"].reshape(-1).to(s.dtype)
-        anchors = (batch["pos_index"] >= 0).nonzero().flatten()
+        anchors = (batch["pos_index"].reshape(-1) >= 0).nonzero().flatten()
         ell = self.loss(s.unsqueeze(0) - s.index_select(0, anchors).unsqueeze(1))  # [P, B]: ℓ(s_j − s_i)
-        value = ell @ (torch.stack([y, torch.ones_like(y)], dim=-1) / s.shape[0])  # [P, 2]: batch means
-        return InnerBatch(index=batch["pos_index"].index_select(0, anchors), value=value)
+        if self.inner_estimator == "batch_mean":
+            weights = torch.stack([y, torch.ones_like(y)], dim=-1) / s.shape[0]  # [B, 2]
+            value = ell @ weights  # [P, 2]
+            if self.inner_scale == "sum":
+                value = value * self._size("num_samples", "inner_scale='sum'")
+        else:
+            value = self._reweighted(ell, y, anchors)
+        return InnerBatch(index=batch["pos_index"].reshape(-1).index_select(0, anchors), value=value)
 
+    def _reweighted(self, ell: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+        """The class-stratified unbiased estimate (class docstring), ``[P, 2]``."""
+        n = self._size("num_samples", "inner_estimator='reweighted'")
+        m = self._size("num_positives", "inner_estimator='reweighted'")
+        p, q = y.sum(), (1.0 - y).sum()  # positives and negatives of the batch (tensors: no host sync)
+        other_pos = torch.where(p > 1, (m - 1) / (p - 1).clamp_min(1.0), torch.zeros_like(p))
+        neg = torch.where(q > 0, (n - m) / q.clamp_min(1.0), torch.zeros_like(q))
+        self_pair = torch.zeros_like(ell).index_put_(
+            (torch.arange(anchors.numel(), device=ell.device), anchors), torch.ones_like(anchors, dtype=ell.dtype)
+        )  # [P, B]: 1 at each anchor's own batch position
+        weight_pos = self_pair + (1.0 - self_pair) * other_pos * y  # [P, B]: 1 (self), (m−1)/(P−1), 0 (negatives)
+        first = (ell * weight_pos).sum(1)
+        second = first + (ell * (1.0 - y)).sum(1) * neg
+        value = torch.stack([first, second], dim=-1)
+        return value if self.inner_scale == "sum" else value / n
+
+    # ------------------------------------------------------------------ the outer function and Ω
     def outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
         return -u[:, 0] / u[:, 1]
 
     def outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.stack([-1.0 / u[:, 1], u[:, 0] / u[:, 1].square()], dim=-1)
 
+    def omega(self, sizes: dict[str, int]) -> tuple[tuple[float | None, float], tuple[float, float]]:
+        """Ω as ``((lower_1, lower_2), (upper_1, upper_2))`` for the estimator and scale (class docstring)."""
+        if self.score_range is None:
+            raise ValueError("AveragePrecision: Ω needs score_range for raw scores (score_transform='identity')")
+        c, big_m = surrogate_range(self.surrogate, self.margin, self.scale, score_range=self.score_range)
+        for key in ("num_samples", "num_positives"):
+            if key not in sizes:
+                raise KeyError(f"AveragePrecision(project=True) derives Ω from the data sizes, which lack '{key}'")
+        n, m = sizes["num_samples"], sizes["num_positives"]
+        if self.inner_estimator == "reweighted":
+            lower, upper = (None, c), (big_m * m, big_m * n)  # seed 002 §1.7, sum scale
+        else:
+            lower, upper = (None, c * 1.0), (big_m * n, big_m * n)
+        if self.inner_scale == "mean":
+            lower, upper = (None, lower[1] / n), (upper[0] / n, upper[1] / n)
+        return lower, upper
+
     def state_bounds(self, sizes: dict[str, int]) -> tuple[object, object]:
+        self.bind_sizes(sizes)
         if not self.project:
             return None, None
-        c, m_bound = surrogate_range(self.surrogate, self.margin, self.scale, score_range=1.0)
-        m, n = sizes["num_positives"], sizes["num_samples"]
-        return (None, c / n), (m_bound * m / n, m_bound)
+        return self.omega(sizes)

@@ -2,5 +2,7 @@
 
 from fccolit.samplers.base import RankAwareBatchSampler, SequentialShardSampler
 from fccolit.samplers.binary import DualSampler
+from fccolit.samplers.ranking import QueryBatch, QueryBatchSampler
+from fccolit.samplers.uniform import UniformBatchSampler
 
-__all__ = ["RankAwareBatchSampler", "SequentialShardSampler", "DualSampler"]
+__all__ = ["RankAwareBatchSampler", "SequentialShardSampler", "DualSampler", "QueryBatch", "QueryBatchSampler", "UniformBatchSampler"]

@@ -1,0 +1,270 @@
+"""MovieLens as a ranking problem (every user is a query over all movies): SONG / K-SONG's recommendation data.
+
+Get the data from GroupLens, https://grouplens.org/datasets/movielens/ (free for research; see each release's
+README for the terms), or pass ``download=True`` to fetch the zip from
+``https://files.grouplens.org/datasets/movielens/<release>.zip`` into ``root``. Every release is read as
+distributed (file formats in :mod:`fccolit.io.ratings`):
+
+===================  ============================  ==========================================================
+release              ratings file                  published size
+===================  ============================  ==========================================================
+``ml-100k``          ``ml-100k/u.data``            100,000 ratings, 943 users, 1,682 movies
+``ml-1m``            ``ml-1m/ratings.dat``         1,000,209 ratings, 6,040 users
+``ml-10m``           ``ml-10M100K/ratings.dat``    10,000,054 ratings
+``ml-20m``           ``ml-20m/ratings.csv``        20,000,263 ratings, 138,493 users, 26,744 rated movies
+``ml-25m``           ``ml-25m/ratings.csv``        25,000,095 ratings
+``ml-32m``           ``ml-32m/ratings.csv``        see its README
+``ml-latest-small``  ``ml-latest-small/ratings.csv``  100,836 ratings, 610 users, 9,724 rated movies (the README's
+                                                   9,742 counts ``movies.csv``, which includes movies that only
+                                                   have tags)
+``ml-latest``        ``ml-latest/ratings.csv``     changes over time (a development release)
+===================  ============================  ==========================================================
+
+``root`` may be the release folder itself (holding the ratings file), its parent (holding ``ml-20m/`` or
+``ml-20m.zip``), or a folder holding a bare ``ratings.csv`` / ``ratings.dat`` / ``u.data``. The release is
+detected from the files when ``version`` is None. Numbers of items count the movies that have a rating (LibAUC's
+and the paper's 26,744 for ML-20M).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import urllib.request
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Literal
+
+from fccolit.io.cache import CACHE_DIRNAME
+from fccolit.io.ratings import read_movielens_ratings
+
+from fccolit.datamodules.ranking import RecommendationDataModule
+
+GROUPLENS_URL = "https://files.grouplens.org/datasets/movielens/"
+MOVIELENS_PAGE = "https://grouplens.org/datasets/movielens/"
+
+#: release → (folder inside the zip, ratings file name)
+MOVIELENS_RELEASES: dict[str, tuple[str, str]] = {
+    "ml-100k": ("ml-100k", "u.data"),
+    "ml-1m": ("ml-1m", "ratings.dat"),
+    "ml-10m": ("ml-10M100K", "ratings.dat"),
+    "ml-20m": ("ml-20m", "ratings.csv"),
+    "ml-25m": ("ml-25m", "ratings.csv"),
+    "ml-32m": ("ml-32m", "ratings.csv"),
+    "ml-latest-small": ("ml-latest-small", "ratings.csv"),
+    "ml-latest": ("ml-latest", "ratings.csv"),
+}
+_FILES = ("u.data", "ratings.dat", "ratings.csv")
+
+
+def _listing(root: Path) -> str:
+    if not root.is_dir():
+        return f"The folder {root} does not exist."
+    present = sorted(p.name for p in root.iterdir() if p.name != CACHE_DIRNAME)
+    shown = ", ".join(present[:30]) + (f", ... ({len(present)} in all)" if len(present) > 30 else "")
+    return f"Files in {root}: {shown or '(none)'}."
+
+
+def _release_of_folder(name: str) -> str | None:
+    lowered = name.lower()
+    for version, (folder, _) in MOVIELENS_RELEASES.items():
+        if lowered == folder.lower():
+            return version
+    return None
+
+
+def detect_movielens(root: str | os.PathLike) -> tuple[str, Path]:
+    """``(release or file format, ratings file)`` found in ``root`` (see the module docstring for the layouts).
+
+    The release is named when the folder says it (``ml-20m/``, ``ml-10M100K/``, or ``root`` itself is such a
+    folder) and ``u.data`` (only in ml-100k); a bare ``ratings.csv`` / ``ratings.dat`` elsewhere is reported by its
+    file name.
+
+    Raises:
+        FileNotFoundError: no ratings file (the message lists the folder and says where to get the data).
+        ValueError: several releases in ``root`` (pass ``version``).
+    """
+    root = Path(root)
+    found: list[tuple[str, Path]] = []
+    own = _release_of_folder(root.name)
+    for name in _FILES:
+        if (root / name).is_file():
+            guess = own if own and MOVIELENS_RELEASES[own][1] == name else ("ml-100k" if name == "u.data" else name)
+            found.append((guess, root / name))
+    for version, (folder, name) in MOVIELENS_RELEASES.items():
+        if (root / folder / name).is_file():
+            found.append((version, root / folder / name))
+    if not found:
+        zips = [v for v in MOVIELENS_RELEASES if (root / f"{v}.zip").is_file()]
+        if len(zips) == 1:
+            return zips[0], root / f"{zips[0]}.zip"
+        raise FileNotFoundError(
+            f"no MovieLens ratings file (u.data, ratings.dat or ratings.csv) in {root} or its release folders. "
+            f"{_listing(root)} Download a release from {MOVIELENS_PAGE} into {root} (or pass version='ml-20m' and "
+            "download=True)."
+        )
+    if len(found) > 1:
+        names = ", ".join(f"{v} ({p})" for v, p in found)
+        raise ValueError(f"several MovieLens releases in {root}: {names}; pass version= to choose one")
+    return found[0]
+
+
+def _extract(archive: Path, root: Path, version: str) -> Path:
+    """Extract the release folder of ``archive`` into ``root`` (atomically: a temporary folder, then a rename)."""
+    folder, name = MOVIELENS_RELEASES[version]
+    target = root / folder
+    if (target / name).is_file():
+        return target / name
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder}.extract-", dir=root))
+    try:
+        with zipfile.ZipFile(archive) as z:
+            member = f"{folder}/{name}"
+            if member not in z.namelist():
+                raise ValueError(f"{archive}: the archive has no {member} (is it the {version} zip from GroupLens?)")
+            z.extractall(tmp)
+        try:
+            os.rename(tmp / folder, target)
+        except OSError:
+            if not (target / name).is_file():
+                raise
+    except zipfile.BadZipFile as err:
+        raise ValueError(f"{archive} is not a valid zip file ({err}); delete it and download it again") from err
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target / name
+
+
+def download_movielens(root: str | os.PathLike, version: str) -> Path:
+    """Download ``<version>.zip`` from GroupLens into ``root`` (to a temporary name, renamed when complete) and
+    extract it. Returns the ratings file."""
+    if version not in MOVIELENS_RELEASES:
+        raise ValueError(f"unknown MovieLens release {version!r}; known: {sorted(MOVIELENS_RELEASES)}")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    archive = root / f"{version}.zip"
+    if not archive.is_file():
+        url = f"{GROUPLENS_URL}{version}.zip"
+        fd, tmp = tempfile.mkstemp(prefix=f".{version}.zip.", dir=root)
+        os.close(fd)
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
+                shutil.copyfileobj(response, out, length=1 << 20)
+            os.replace(tmp, archive)
+        except OSError as err:
+            raise RuntimeError(
+                f"downloading {url} into {root} failed ({err}); download it by hand from {MOVIELENS_PAGE}"
+            ) from err
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return _extract(archive, root, version)
+
+
+class MovieLensDataModule(RecommendationDataModule):
+    """MovieLens ratings as per-user ranking lists (batch schema in :mod:`fccolit.datamodules.ranking`).
+
+    Parsing and splitting happen in ``__init__`` through the atomic cache (``<cache_dir>/movielens-…/``, keyed by
+    the ratings file and every option that changes the arrays), so :attr:`sizes` exist right after construction
+    and a second construction (another process, a resumed run) only memory-maps the arrays.
+
+    Args:
+        root: where the release is (see the module docstring).
+        version: the release (``"ml-20m"``, ...; None: detected from the files).
+        download: fetch the release zip from GroupLens when it is not in ``root`` (needs ``version``).
+        protocol: ``"paper"`` (leave-one-out by time, full-ranking evaluation) or ``"libauc"`` (last 5 test, 5
+            before them validation, 1000 sampled unrated evaluation negatives); see
+            :class:`~fccolit.datamodules.ranking.RecommendationDataModule`.
+        num_test, num_val: ratings held out per user for testing / validation (None: the protocol's, 1/1 or 5/5).
+        short_users: users with fewer than ``num_test + num_val + 1`` ratings: ``"partial"``, ``"drop"`` or
+            ``"train"``.
+        relevance: ``"graded"`` (y = rating) or ``"binary"`` (y = 1[rating ≥ relevance_threshold]).
+        relevance_threshold: threshold of binary relevance (4.0: an assumption, ReChorus' MovieLens notebook).
+        min_ratings: drop users with fewer ratings (MovieLens releases already keep users with ≥ 20).
+        eval_negatives: sampled evaluation candidates per user (None: the protocol's; 0: full ranking).
+        eval_negatives_seed: seed of those candidates (LibAUC's ``random_seed=123``).
+        queries_per_batch: users per global training batch (paper: 256).
+        num_positives: P, relevant items per user in a training batch (paper: "a few (e.g., 10)").
+        num_negatives: M, items the user has not rated, per user (paper: 1000; the paper's code: 300).
+        num_batches: training batches per epoch (None: one pass over the users with a relevant training item).
+        top_k: K of ``ideal_dcg_at_k`` (K-SONG: 300 in the paper).
+        seed: seeds the training stream.
+        num_workers, eval_batch_size: DataLoader workers; users per evaluation batch (full ranking scores
+            ``[eval_batch_size, num_items]`` at once).
+        cache_dir: cache location (None: ``root/.fccolit-cache`` or ``~/.cache/fccolit``).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        version: str | None = None,
+        download: bool = False,
+        protocol: Literal["paper", "libauc"] = "paper",
+        num_test: int | None = None,
+        num_val: int | None = None,
+        short_users: Literal["partial", "drop", "train"] = "partial",
+        relevance: Literal["graded", "binary"] = "graded",
+        relevance_threshold: float = 4.0,
+        min_ratings: int = 1,
+        eval_negatives: int | None = None,
+        eval_negatives_seed: int = 123,
+        queries_per_batch: int = 256,
+        num_positives: int = 10,
+        num_negatives: int = 1000,
+        num_batches: int | None = None,
+        top_k: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+        eval_batch_size: int = 256,
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        super().__init__(
+            queries_per_batch, num_positives, num_batches, top_k, seed, num_workers, eval_batch_size, cache_dir
+        )
+        self.root = Path(root)
+        self.version, self.ratings_file = self._find(version, download)
+        fmt = self.ratings_file.name
+        self._load(
+            self.root,
+            [self.ratings_file],
+            lambda: read_movielens_ratings(self.ratings_file, fmt),
+            f"movielens-{self.version}",
+            protocol=protocol,
+            num_test=num_test,
+            num_val=num_val,
+            short_users=short_users,
+            relevance=relevance,
+            relevance_threshold=relevance_threshold,
+            min_ratings=min_ratings,
+            eval_negatives=eval_negatives,
+            eval_negatives_seed=eval_negatives_seed,
+            num_negatives=num_negatives,
+            extra_options={"format": fmt},
+        )
+
+    def _find(self, version: str | None, download: bool) -> tuple[str, Path]:
+        """``(release or format name, ratings file)``."""
+        root = self.root
+        if version is None:
+            if download:
+                warnings.warn("download=True needs version=...; looking for files already in root", stacklevel=3)
+            found_version, path = detect_movielens(root)
+            if path.suffix == ".zip":
+                return found_version, _extract(path, root, found_version)
+            return found_version, path
+        if version not in MOVIELENS_RELEASES:
+            raise ValueError(f"unknown MovieLens release {version!r}; known: {sorted(MOVIELENS_RELEASES)}")
+        folder, name = MOVIELENS_RELEASES[version]
+        for candidate in (root / folder / name, root / name):
+            if candidate.is_file():
+                return version, candidate
+        if (root / f"{version}.zip").is_file():
+            return version, _extract(root / f"{version}.zip", root, version)
+        if download:
+            return version, download_movielens(root, version)
+        raise FileNotFoundError(
+            f"MovieLens {version} not found: expected {root / folder / name} (or {root / name}). {_listing(root)} "
+            f"Download {GROUPLENS_URL}{version}.zip from {MOVIELENS_PAGE} and extract it into {root}, or pass "
+            "download=True."
+        )

@@ -1,0 +1,427 @@
+"""Readers of explicit-feedback rating files: every MovieLens release and the Netflix Prize.
+
+MovieLens (https://grouplens.org/datasets/movielens/), one rating per line:
+
+=================  ==========================================  =========================================
+file               line format                                  releases
+=================  ==========================================  =========================================
+``u.data``         ``user id \\t item id \\t rating \\t timestamp``  ml-100k (no header; integer ratings 1–5)
+``ratings.dat``    ``UserID::MovieID::Rating::Timestamp``       ml-1m (integer ratings), ml-10m
+                                                                (``ml-10M100K/``, half stars)
+``ratings.csv``    header ``userId,movieId,rating,timestamp``   ml-20m, ml-25m, ml-32m, ml-latest,
+                   then ``1,2,3.5,1112486027``                  ml-latest-small (half stars 0.5–5.0)
+=================  ==========================================  =========================================
+
+Timestamps are Unix seconds (UTC). Ids are positive integers with gaps; the DataModules remap them.
+
+Netflix Prize (the Kaggle repackaging ``combined_data_1.txt`` … ``combined_data_4.txt``, or the original
+``training_set/mv_0000001.txt`` … ``mv_0017770.txt``): blocks of one header line ``<MovieID>:`` followed by lines
+``<CustomerID>,<Rating>,<YYYY-MM-DD>`` (ratings are integers 1–5, dates have day resolution). ``probe.txt`` has
+the same blocks with ``<CustomerID>`` lines only (no rating, no date).
+
+Both readers handle CRLF line endings, a missing final newline and blank lines, parse in chunks of whole lines
+with pandas' C tokenizer (hundreds of MB/s) and show a tqdm progress bar for files over 32 MiB. A chunk that the
+fast path rejects is re-read line by line by a Python parser, the specification, which raises a ``ValueError``
+naming the file, the 1-based line and the offending field, e.g.
+``ratings.csv line 17: field 'rating' = 'abc' is not a number``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from pathlib import Path
+from typing import Iterator, NamedTuple, Sequence
+
+import numpy as np
+import pandas as pd
+
+try:  # tqdm comes with datasets / transformers; the readers work without it
+    from tqdm.auto import tqdm
+except ImportError:  # pragma: no cover
+    tqdm = None
+
+__all__ = [
+    "MOVIELENS_FORMATS",
+    "Ratings",
+    "read_movielens_ratings",
+    "read_netflix_ratings",
+    "read_netflix_probe",
+]
+
+_CHUNK_BYTES = 64 << 20
+_PROGRESS_BYTES = 32 << 20  # show a progress bar for files at least this large
+
+#: file name → (field separator, header line or None)
+MOVIELENS_FORMATS: dict[str, tuple[bytes, bytes | None]] = {
+    "u.data": (b"\t", None),
+    "ratings.dat": (b"::", None),
+    "ratings.csv": (b",", b"userId,movieId,rating,timestamp"),
+}
+_FIELDS = ("user", "item", "rating", "timestamp")
+_INT = re.compile(r"[+]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+class Ratings(NamedTuple):
+    """Parsed ratings, one entry per rating line, in file order (the order breaks ties in time).
+
+    Attributes:
+        user: ``[N]`` int64 raw user ids as in the file.
+        item: ``[N]`` int64 raw item (movie) ids.
+        rating: ``[N]`` float32 ratings.
+        time: ``[N]`` int64: Unix seconds (MovieLens) or days since 1970-01-01 (Netflix).
+    """
+
+    user: np.ndarray
+    item: np.ndarray
+    rating: np.ndarray
+    time: np.ndarray
+
+    def __len__(self) -> int:  # type: ignore[override]
+        return int(self.user.shape[0])
+
+
+def _concat(parts: list[Ratings]) -> Ratings:
+    if not parts:
+        return Ratings(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64))
+    return Ratings(*(np.concatenate([getattr(p, f) for p in parts]) for f in Ratings._fields))
+
+
+# ------------------------------------------------------------------------------------------------ chunks
+def _progress(path: Path, total: int, desc: str):
+    if tqdm is None or total < _PROGRESS_BYTES:
+        return None
+    return tqdm(total=total, unit="B", unit_scale=True, desc=f"{desc} {path.name}", leave=False)
+
+
+def _chunks(path: Path, desc: str, start: int = 0) -> Iterator[tuple[bytes, int]]:
+    """``(chunk, lines before it)``: whole lines of ``path`` from byte ``start``, about 64 MiB at a time; every
+    chunk ends with ``\\n`` (one is added after a final line without it)."""
+    size = path.stat().st_size
+    bar = _progress(path, size, desc)
+    lines_before = 0
+    carry = b""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            if bar is not None:
+                bar.update(start)
+            while True:
+                block = f.read(_CHUNK_BYTES)
+                if bar is not None:
+                    bar.update(len(block))
+                if not block:
+                    break
+                data = carry + block
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:  # no newline yet: one very long line
+                    carry = data
+                    continue
+                chunk, carry = data[:cut], data[cut:]
+                yield chunk, lines_before
+                lines_before += chunk.count(b"\n")
+            if carry:
+                yield carry + b"\n", lines_before
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _text(token: bytes | str, limit: int = 60) -> str:
+    s = token.decode("utf-8", errors="replace") if isinstance(token, bytes) else token
+    return s if len(s) <= limit else s[:limit] + "..."
+
+
+# ------------------------------------------------------------------------------------------------ MovieLens
+def _movielens_slow(chunk: bytes, sep: bytes, name: str, line0: int) -> Ratings:
+    """Line-by-line parse with precise errors: the specification the fast path must agree with."""
+    cols: list[list] = [[], [], [], []]
+    sep_text = sep.decode()
+    for n, raw in enumerate(chunk.split(b"\n")):
+        line = raw.rstrip(b"\r")
+        if not line.strip():
+            continue
+        where = f"{name} line {line0 + n + 1}"
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{where}: the line is not UTF-8 text: {_text(line)!r}") from None
+        fields = [f.strip().strip('"') for f in text.split(sep_text)]
+        if len(fields) != 4:
+            hint = " (is the file truncated?)" if len(fields) < 4 else ""
+            raise ValueError(
+                f"{where}: expected 4 fields separated by {sep_text!r} (user, item, rating, timestamp), found "
+                f"{len(fields)}: {_text(text)!r}{hint}"
+            )
+        for k, (field, value) in enumerate(zip(_FIELDS, fields)):
+            if field == "rating":
+                if not _FLOAT.fullmatch(value):
+                    raise ValueError(f"{where}: field 'rating' = {_text(value)!r} is not a number")
+                number = float(value)
+                if not np.isfinite(number) or number < 0:
+                    raise ValueError(f"{where}: field 'rating' = {_text(value)!r} must be a finite number >= 0")
+                cols[k].append(number)
+            else:
+                if not _INT.fullmatch(value):
+                    raise ValueError(f"{where}: field '{field}' = {_text(value)!r} is not a non-negative integer")
+                number = int(value)
+                if number >= 2**63:
+                    raise ValueError(f"{where}: field '{field}' = {_text(value)!r} does not fit in 64 bits")
+                cols[k].append(number)
+    return Ratings(
+        np.asarray(cols[0], dtype=np.int64),
+        np.asarray(cols[1], dtype=np.int64),
+        np.asarray(cols[2], dtype=np.float32),
+        np.asarray(cols[3], dtype=np.int64),
+    )
+
+
+_ML_DTYPES = {"user": np.int64, "item": np.int64, "rating": np.float64, "timestamp": np.int64}
+
+
+def _movielens_fast(chunk: bytes, sep: bytes) -> Ratings | None:
+    """pandas' C tokenizer on a chunk; None when anything is off (the slow path then explains what)."""
+    if sep == b"::":
+        if b"\t" in chunk:
+            return None
+        chunk, sep = chunk.replace(b"::", b"\t"), b"\t"
+    try:
+        frame = pd.read_csv(
+            io.BytesIO(chunk),
+            sep=sep.decode(),
+            header=None,
+            names=list(_FIELDS),
+            dtype=_ML_DTYPES,
+            engine="c",
+            skip_blank_lines=True,
+            quoting=3,  # csv.QUOTE_NONE: a quote is an error here, the slow path decides
+            na_filter=True,
+        )
+    except (ValueError, pd.errors.ParserError, OverflowError):
+        return None
+    if chunk.count(sep) != 3 * len(frame):  # pandas would silently turn a 5th column into an index
+        return None
+    rating = frame["rating"].to_numpy()
+    if not np.isfinite(rating).all() or (rating < 0).any():
+        return None
+    user, item, ts = (frame[c].to_numpy() for c in ("user", "item", "timestamp"))
+    if (user < 0).any() or (item < 0).any() or (ts < 0).any():
+        return None
+    return Ratings(user.astype(np.int64), item.astype(np.int64), rating.astype(np.float32), ts.astype(np.int64))
+
+
+def read_movielens_ratings(path: str | os.PathLike, fmt: str | None = None, *, _force_slow: bool = False) -> Ratings:
+    """Parse a MovieLens ratings file (any release; formats in the module docstring).
+
+    Args:
+        path: ``u.data``, ``ratings.dat`` or ``ratings.csv``.
+        fmt: one of :data:`MOVIELENS_FORMATS` (default: the file's name).
+
+    Returns:
+        :class:`Ratings` in file order (time = Unix seconds).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: unknown format; a missing / wrong header (``ratings.csv``); a malformed line, naming the file,
+            the 1-based line and the field, e.g. ``ratings.csv line 5: field 'item' = '1.5' is not a non-negative
+            integer`` or ``ratings.dat line 9: expected 4 fields ... found 2: '1::2' (is the file truncated?)``.
+    """
+    path = Path(path)
+    fmt = fmt or path.name
+    if fmt not in MOVIELENS_FORMATS:
+        raise ValueError(f"{path}: unknown MovieLens ratings format {fmt!r}; expected one of {list(MOVIELENS_FORMATS)}")
+    if not path.is_file():
+        raise FileNotFoundError(f"MovieLens ratings file not found: {path}")
+    sep, header = MOVIELENS_FORMATS[fmt]
+    start, header_lines = 0, 0
+    if header is not None:
+        with open(path, "rb") as f:
+            first = f.readline()
+        text = first.rstrip(b"\r\n").lstrip(b"\xef\xbb\xbf")
+        if text.replace(b'"', b"").replace(b" ", b"") != header:
+            raise ValueError(
+                f"{path} line 1: expected the header {header.decode()!r}, found {_text(text)!r} "
+                f"(a {fmt} file starts with that header line)"
+            )
+        start, header_lines = len(first), 1
+    name = str(path)
+    parts = []
+    for chunk, line0 in _chunks(path, "parsing", start):
+        part = None if _force_slow else _movielens_fast(chunk.replace(b"\r\n", b"\n"), sep)
+        if part is None:
+            part = _movielens_slow(chunk, sep, name, line0 + header_lines)
+        parts.append(part)
+    return _concat(parts)
+
+
+# ------------------------------------------------------------------------------------------------ Netflix
+def _days(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray | None:
+    """Days since 1970-01-01 of valid calendar dates; None if some date is invalid."""
+    if ((month < 1) | (month > 12) | (day < 1) | (year < 1000) | (year > 9999)).any():
+        return None
+    months = ((year - 1970) * 12 + (month - 1)).astype("datetime64[M]")
+    first = months.astype("datetime64[D]")
+    length = (months + 1).astype("datetime64[D]") - first
+    if (day > length.astype(np.int64)).any():
+        return None
+    return first.astype(np.int64) + (day - 1)
+
+
+def _netflix_date(text: str) -> int | None:
+    m = re.fullmatch(r"([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})", text)
+    if not m:
+        return None
+    days = _days(*(np.asarray([int(g)], dtype=np.int64) for g in m.groups()))
+    return None if days is None else int(days[0])
+
+
+def _netflix_slow(chunk: bytes, movie: int | None, probe: bool, name: str, line0: int):
+    """Line-by-line parse with precise errors. Returns (columns, movie at the end of the chunk)."""
+    users, movies, ratings, times = [], [], [], []
+    expected = "'<CustomerID>'" if probe else "'<CustomerID>,<Rating>,<YYYY-MM-DD>'"
+    for n, raw in enumerate(chunk.split(b"\n")):
+        line = raw.strip()
+        if not line:
+            continue
+        where = f"{name} line {line0 + n + 1}"
+        text = line.decode("utf-8", errors="replace")
+        if text.endswith(":"):
+            if not _INT.fullmatch(text[:-1].strip()):
+                raise ValueError(f"{where}: movie header {_text(text)!r} is not '<MovieID>:' with an integer id")
+            movie = int(text[:-1])
+            continue
+        if movie is None:
+            raise ValueError(
+                f"{where}: rating line {_text(text)!r} before any '<MovieID>:' header (a block starts with its "
+                "movie's header line)"
+            )
+        fields = [f.strip() for f in text.split(",")]
+        if len(fields) != (1 if probe else 3):
+            hint = " (is the file truncated?)" if len(fields) < (1 if probe else 3) else ""
+            raise ValueError(f"{where}: expected {expected}, found {_text(text)!r}{hint}")
+        if not _INT.fullmatch(fields[0]):
+            raise ValueError(f"{where}: field 'CustomerID' = {_text(fields[0])!r} is not a non-negative integer")
+        users.append(int(fields[0]))
+        movies.append(movie)
+        if not probe:
+            if not _INT.fullmatch(fields[1]):
+                raise ValueError(
+                    f"{where}: field 'Rating' = {_text(fields[1])!r} is not an integer (Netflix ratings are 1-5)"
+                )
+            day = _netflix_date(fields[2])
+            if day is None:
+                raise ValueError(f"{where}: field 'Date' = {_text(fields[2])!r} is not a valid date YYYY-MM-DD")
+            ratings.append(int(fields[1]))
+            times.append(day)
+    cols = (
+        np.asarray(users, dtype=np.int64),
+        np.asarray(movies, dtype=np.int64),
+        np.asarray(ratings, dtype=np.float32),
+        np.asarray(times, dtype=np.int64),
+    )
+    return cols, movie
+
+
+_HEADER = re.compile(rb"[ \t]*([0-9]+)[ \t]*:[ \t]*")
+
+
+def _netflix_fast(chunk: bytes, movie: int | None, probe: bool):
+    """Vectorized parse of a chunk of whole LF lines; None when anything is off (the slow path explains)."""
+    chunk = chunk.replace(b"\r\n", b"\n")
+    if b"\n\n" in chunk:
+        chunk = re.sub(rb"\n{2,}", b"\n", chunk)
+    chunk = chunk.lstrip(b"\n")
+    if b"\r" in chunk:
+        return None
+    # header lines are the only ones with a ':'; split the chunk into per-movie segments of rating lines
+    segments, movies = [], []
+    pos = 0
+    colon = chunk.find(b":")
+    while colon >= 0:
+        start = chunk.rfind(b"\n", 0, colon) + 1
+        end = chunk.find(b"\n", colon)
+        match = _HEADER.fullmatch(chunk, start, end)
+        if match is None:
+            return None
+        if start > pos:
+            if movie is None:
+                return None
+            segments.append(chunk[pos:start])
+            movies.append(movie)
+        movie = int(match.group(1))
+        pos = end + 1
+        colon = chunk.find(b":", pos)
+    if pos < len(chunk):
+        if movie is None:
+            return None
+        segments.append(chunk[pos:])
+        movies.append(movie)
+    counts = np.asarray([s.count(b"\n") for s in segments], dtype=np.int64)
+    body = b"".join(segments)
+    empty = np.zeros(0, dtype=np.int64)
+    if not body:
+        return (empty, empty, np.zeros(0, np.float32), empty), movie
+    names = ["user"] if probe else ["user", "rating", "year", "month", "day"]
+    if not probe:
+        body = body.replace(b"-", b",")
+    try:
+        frame = pd.read_csv(
+            io.BytesIO(body), header=None, names=names, dtype=np.int64, engine="c", quoting=3, skip_blank_lines=False
+        )
+    except (ValueError, pd.errors.ParserError, OverflowError):
+        return None
+    if len(frame) != int(counts.sum()) or body.count(b",") != (len(names) - 1) * len(frame):
+        return None
+    user = frame["user"].to_numpy()
+    if (user < 0).any():
+        return None
+    item = np.repeat(np.asarray(movies, dtype=np.int64), counts)
+    if probe:
+        return (user, item, np.zeros(user.size, np.float32), np.zeros(user.size, np.int64)), movie
+    days = _days(frame["year"].to_numpy(), frame["month"].to_numpy(), frame["day"].to_numpy())
+    if days is None:
+        return None
+    return (user, item, frame["rating"].to_numpy().astype(np.float32), days), movie
+
+
+def _read_netflix_blocks(paths: Sequence[str | os.PathLike], probe: bool, _force_slow: bool = False) -> Ratings:
+    parts = []
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"Netflix Prize file not found: {path}")
+        movie = None  # every file starts with a header
+        for chunk, line0 in _chunks(path, "parsing"):
+            result = None if _force_slow else _netflix_fast(chunk, movie, probe)
+            if result is None:
+                result = _netflix_slow(chunk, movie, probe, str(path), line0)
+            (user, item, rating, time), movie = result
+            parts.append(Ratings(user, item, rating, time))
+    return _concat(parts)
+
+
+def read_netflix_ratings(paths: Sequence[str | os.PathLike], *, _force_slow: bool = False) -> Ratings:
+    """Parse Netflix Prize rating files (``combined_data_*.txt`` or ``mv_*.txt``), concatenated in the given order.
+
+    Returns:
+        :class:`Ratings`; ``item`` is the MovieID of the enclosing block, ``time`` the date in days since
+        1970-01-01.
+
+    Raises:
+        ValueError: naming file, 1-based line and field: a rating line before the file's first ``<MovieID>:``
+            header, a wrong number of fields (e.g. a truncated last line), a non-integer id or rating, an invalid
+            date (e.g. ``2005-02-30``).
+    """
+    return _read_netflix_blocks(paths, probe=False, _force_slow=_force_slow)
+
+
+def read_netflix_probe(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """Parse ``probe.txt`` (``<MovieID>:`` blocks of ``<CustomerID>`` lines).
+
+    Returns:
+        ``(user, item)``: ``[N]`` int64 raw CustomerIDs and MovieIDs in file order.
+    """
+    parsed = _read_netflix_blocks([path], probe=True)
+    return parsed.user, parsed.item

@@ -1,0 +1,125 @@
+"""One training run of a SOX-family method on synthetic data, for the multi-process tests of the AUPRC methods
+(run as a script, not collected). The pattern of ``tests/ddp_run.py`` (whose batch trace it reuses):
+
+    python tests/ddp_run_family.py --algo moapv2|adap|moap_local --devices 2 --max-steps 30 --out DIR
+                                   [--save-every K] [--resume CKPT]
+
+* ``moapv2``: MOAP-V2 on AP with Ω, momentum, the 1/√t schedule of η and β0 = β1 (lazy decay counters move with a
+  changing β0);
+* ``adap``: ADAP (AMSGrad second moment) on AP with Ω and the same schedule;
+* ``moap_local``: MOAP (n/B1 scaling) on a per-sample objective that each rank evaluates on its own slice: B1 must
+  be the global number of sampled rows (all-reduced), not the rank's.
+
+Every rank writes ``DIR/rank{r}.pt`` with the module's state dict, the optimizer state, the global step, the
+batch trace and the schedule's initial values.
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+from lightning.pytorch import Trainer, seed_everything
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies import DDPStrategy
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from ddp_run import BatchTrace  # noqa: E402
+
+from fccolit.algorithms.sox import ADAP, MOAP, MOAPV2  # noqa: E402
+from fccolit.callbacks.schedules import InverseSqrtSchedule  # noqa: E402
+from fccolit.datamodules import SyntheticBinaryDataModule  # noqa: E402
+from fccolit.models import MLP  # noqa: E402
+from fccolit.objectives import AveragePrecision  # noqa: E402
+from fccolit.objectives.base import FCCOObjective, InnerBatch  # noqa: E402
+from fccolit.optim import AdaptiveMomentum, Momentum  # noqa: E402
+
+
+class PerSampleSquaredError(FCCOObjective):
+    """A per-sample problem (each row's inner value needs only its own sample): ``g_i = sigmoid(s_i)``,
+    ``f_i(u) = (u − y_i)²``. No global batch is needed, so under DDP each rank updates its own rows and B1 has
+    to be all-reduced."""
+
+    inner_dim = 1
+    state_rows = "num_samples"
+    needs_global_batch = False
+
+    def inner(self, scores, batch):
+        return InnerBatch(index=batch["index"], value=torch.sigmoid(scores).unsqueeze(-1),
+                          context={"y": batch["y"].to(scores.dtype)})
+
+    def outer(self, u, context):
+        return (u[:, 0] - context["y"]).square()
+
+
+def build(algo):
+    seed_everything(0, workers=True)
+    data = SyntheticBinaryDataModule(
+        num_samples=400, num_features=6, pos_fraction=0.1, batch_size=16, num_positives=4, seed=0, eval_batch_size=64
+    )
+    common = dict(data_sizes=data.sizes, state_dtype="float64", metrics=["ap"])
+    if algo == "moapv2":
+        model = MOAPV2(MLP(hidden=[8]), AveragePrecision(margin=0.5, project=True), ema_weight=0.3,
+                       optimizer=lambda p: Momentum(p, lr=0.5, momentum_weight=0.3), **common)
+        callbacks = [InverseSqrtSchedule()]
+    elif algo == "adap":
+        model = ADAP(MLP(hidden=[8]), AveragePrecision(margin=0.5, project=True), ema_weight=0.3,
+                     optimizer=lambda p: AdaptiveMomentum(p, lr=0.05, momentum_weight=0.3, second_moment="amsgrad"),
+                     **common)
+        callbacks = [InverseSqrtSchedule()]
+    elif algo == "moap_local":
+        model = MOAP(MLP(hidden=[8]), PerSampleSquaredError(), ema_weight=0.3,
+                     optimizer=lambda p: Momentum(p, lr=0.05, momentum_weight=0.3), **common)
+        callbacks = []
+    else:
+        raise ValueError(f"unknown --algo {algo!r}")
+    # float64 from construction (see tests/ddp_run.py)
+    return model.double(), data, callbacks
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--algo", required=True)
+    ap.add_argument("--devices", type=int, default=1)
+    ap.add_argument("--max-steps", type=int, default=30)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--save-every", type=int, default=0)
+    ap.add_argument("--resume", default=None)
+    args = ap.parse_args()
+    model, data, callbacks = build(args.algo)
+    trace = BatchTrace()
+    callbacks = callbacks + [trace]
+    if args.save_every:
+        callbacks.append(
+            ModelCheckpoint(dirpath=args.out, filename="{step}", every_n_train_steps=args.save_every, save_top_k=-1)
+        )
+    strategy = DDPStrategy(process_group_backend="gloo", broadcast_buffers=False) if args.devices > 1 else "auto"
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=args.devices,
+        strategy=strategy,
+        precision="64-true",
+        max_steps=args.max_steps,
+        use_distributed_sampler=False,
+        logger=False,
+        enable_checkpointing=bool(args.save_every),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    trainer.fit(model, datamodule=data, ckpt_path=args.resume)
+    schedules = [c for c in callbacks if isinstance(c, InverseSqrtSchedule)]
+    torch.save(
+        {"module": model.state_dict(), "optimizer": trainer.optimizers[0].state_dict(), "step": trainer.global_step,
+         "trace": trace.trace, "ema_weight": model.ema_weight,
+         "schedule": schedules[0].state_dict() if schedules else None},
+        os.path.join(args.out, f"rank{trainer.global_rank}.pt"),
+    )
+
+
+if __name__ == "__main__":
+    main()
