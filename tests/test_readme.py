@@ -19,7 +19,7 @@ def python_blocks() -> list[str]:
 def test_custom_objective_example_trains_with_an_existing_algorithm():
     namespace: dict = {}
     exec(python_blocks()[0], namespace)
-    objective = namespace["PNormPush"](p=4.0)
+    objective = namespace["SoftTopPush"]()
     data = SyntheticBinaryDataModule(num_samples=600, num_features=5, pos_fraction=0.2, batch_size=32, num_positives=8)
     data.setup("fit")
     torch.manual_seed(0)
@@ -30,7 +30,7 @@ def test_custom_objective_example_trains_with_an_existing_algorithm():
         loss, estimate = module.compositional_loss(module(batch), batch)
         loss.backward()
         opt.step()
-    assert module.state.num_rows == data.sizes["num_negatives"]
+    assert module.state.num_rows == data.sizes["num_positives"]
     assert module.state.visited().sum() > 0 and torch.isfinite(estimate).all()
 
 
