@@ -1,8 +1,9 @@
 """Callbacks (installed as ``fccolit.callbacks``)."""
 
+from fccolit.callbacks.constraints import ConstraintViolationLogger
 from fccolit.callbacks.schedules import HyperParameterSchedule, InverseSqrtSchedule
 from fccolit.callbacks.sox_boost import SOXBoost
 from fccolit.callbacks.state_histograms import StateHistograms
 from fccolit.callbacks.summary import MetricsSummary
 
-__all__ = ["MetricsSummary", "StateHistograms", "HyperParameterSchedule", "InverseSqrtSchedule", "SOXBoost"]
+__all__ = ["MetricsSummary", "StateHistograms", "HyperParameterSchedule", "InverseSqrtSchedule", "SOXBoost", "ConstraintViolationLogger"]

@@ -1,6 +1,8 @@
 """DataModules (installed as ``fccolit.datamodules``)."""
 
 from fccolit.datamodules.base import FCCODataModule
+from fccolit.datamodules.fairness import FairnessDataModule
+from fccolit.datamodules.grouped import GroupedDataModule, SyntheticGroupedDataModule
 from fccolit.datamodules.libsvm import LibSVMDataModule
 from fccolit.datamodules.movielens import MovieLensDataModule
 from fccolit.datamodules.mslr import MSLRDataModule
@@ -10,6 +12,6 @@ from fccolit.datamodules.synthetic import SyntheticBinaryDataModule
 from fccolit.datamodules.synthetic_multiclass import SyntheticMulticlassDataModule
 
 __all__ = [
-    "FCCODataModule", "LibSVMDataModule", "MSLRDataModule", "MovieLensDataModule", "NetflixDataModule",
+    "FCCODataModule", "FairnessDataModule", "GroupedDataModule", "SyntheticGroupedDataModule", "LibSVMDataModule", "MSLRDataModule", "MovieLensDataModule", "NetflixDataModule",
     "RankingDataModule", "RecommendationDataModule", "SyntheticBinaryDataModule", "SyntheticMulticlassDataModule",
 ]

@@ -1,7 +1,9 @@
 """One LightningModule per algorithm family; public classes carry the papers' method names."""
 
 from fccolit.algorithms.base import FCCOModule
+from fccolit.algorithms.alexr2 import ALEXR2
+from fccolit.algorithms.sonex import SONEX, SONX, PenaltySOX
 from fccolit.algorithms.sox import ADAP, BSGD, MOAP, MOAPV1, MOAPV2, SOAP, SOX
 from fccolit.algorithms.supervised import Supervised
 
-__all__ = ["FCCOModule", "SOX", "BSGD", "SOAP", "MOAP", "MOAPV1", "MOAPV2", "ADAP", "Supervised"]
+__all__ = ["FCCOModule", "SOX", "BSGD", "SOAP", "MOAP", "MOAPV1", "MOAPV2", "ADAP", "SONEX", "SONX", "PenaltySOX", "ALEXR2", "Supervised"]

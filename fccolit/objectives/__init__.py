@@ -2,8 +2,11 @@
 
 from fccolit.objectives.ap import AveragePrecision
 from fccolit.objectives.base import FCCOObjective, InnerBatch
+from fccolit.objectives.constrained import ConstrainedObjective, GroupDROCVaR, ROCFairnessAUC
 from fccolit.objectives.listwise import ListwiseCE
 from fccolit.objectives.nca import NCA
+from fccolit.objectives.nonsmooth import CompositeObjective, GapPenalty, Hinge, SmoothedHinge, SquaredHinge, make_penalty
 from fccolit.objectives.pnorm_push import PNormPush
 
-__all__ = ["FCCOObjective", "InnerBatch", "AveragePrecision", "ListwiseCE", "NCA", "PNormPush"]
+__all__ = ["FCCOObjective", "InnerBatch", "AveragePrecision", "ListwiseCE", "NCA", "PNormPush", "CompositeObjective", "Hinge", "SmoothedHinge",
+           "SquaredHinge", "GapPenalty", "make_penalty", "GroupDROCVaR", "ConstrainedObjective", "ROCFairnessAUC"]

@@ -1,0 +1,178 @@
+"""Constraint values on full data, reduced exactly across ranks, logged to TensorBoard."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from torch.utils.data import DataLoader
+
+from fccolit import distributed
+from fccolit.data import identity_collate
+from fccolit.samplers import SequentialShardSampler
+
+__all__ = ["ConstraintViolationLogger", "constraint_values", "accumulate_constraint_statistics"]
+
+
+def _objective(pl_module: LightningModule):
+    objective = getattr(pl_module, "objective", None)
+    if objective is None or not hasattr(objective, "constraint_statistics"):
+        raise TypeError(
+            f"ConstraintViolationLogger needs a module whose objective has constraint_statistics() (a "
+            f"ConstrainedObjective, e.g. ROCFairnessAUC); {type(pl_module).__name__}.objective is "
+            f"{type(objective).__name__}"
+        )
+    return objective
+
+
+def accumulate_constraint_statistics(
+    pl_module: LightningModule, batches: Iterable[dict[str, torch.Tensor]]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum the objective's ``(sums [m, d'], counts [m, d'])`` over ``batches`` in float64 (this rank only)."""
+    objective = _objective(pl_module)
+    total_sums = total_counts = None
+    with torch.no_grad():
+        for batch in batches:
+            batch = {k: v.to(pl_module.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            sums, counts = objective.constraint_statistics(pl_module(batch), batch)
+            sums, counts = sums.detach().double(), counts.detach().double()
+            total_sums = sums if total_sums is None else total_sums + sums
+            total_counts = counts if total_counts is None else total_counts + counts
+    return total_sums, total_counts
+
+
+def constraint_values(
+    pl_module: LightningModule, sums: torch.Tensor | None, counts: torch.Tensor | None
+) -> torch.Tensor:
+    """``h_i`` on the data whose statistics are ``sums`` / ``counts``, summed over every rank first (exact for any
+    split of the data into shards). Every rank must call it (collective under DDP). NaN where a count is zero."""
+    objective = _objective(pl_module)
+    m, dim = objective.num_constraints, objective.inner_dim
+    device = pl_module.device
+    if sums is None:  # this rank saw no data (an empty shard)
+        sums = torch.zeros(m, dim, dtype=torch.float64, device=device)
+        counts = torch.zeros(m, dim, dtype=torch.float64, device=device)
+    totals = torch.stack([sums, counts])
+    if distributed.is_distributed():
+        torch.distributed.all_reduce(totals)
+    means = totals[0] / totals[1]  # 0/0 = NaN: a constraint without data
+    return objective.constraint_values(means)
+
+
+class ConstraintViolationLogger(Callback):
+    r"""Logs each constraint ``h_i ≤ 0`` of a :class:`~fccolit.objectives.constrained.ConstrainedObjective` on its
+    full data, the worst one, how many are violated, and the penalty's weight per constraint.
+
+    Every ``every_n_epochs`` epochs, for each stage in ``stages`` (``"val"``, ``"test"``: the evaluation data,
+    piggy-backing on the evaluation loop with one extra no-grad forward per batch; ``"train"``: one pass over the
+    whole training split at the end of the training epoch), logs::
+
+        {stage}/constraint_<i>     h_i on the stage's full data (i = state row; the objective's constraint_names()
+                                   says which is which, e.g. tpr_gap@-3)
+        {stage}/max_violation      max_i h_i (the paper's "worst constraint value"; ≤ 0 means feasible)
+        {stage}/num_violated       #{i : h_i > 0}
+        {stage}/multiplier_<i>     (1/m) ∂p_λ(h_i(u_i)) from the algorithm's state: the KKT multiplier estimate
+                                   ν_i for a smoothed hinge, the penalty weight for a hinge or squared hinge
+
+    Exact across DDP ranks: every rank sums ``(Σ, count)`` per constraint over its shard, the sums are all-reduced
+    and divided once, so unequal shards (the evaluation samplers never pad) give the single-process value. The
+    module is evaluated as in validation (``pl_module(batch)`` in eval mode: ALEXR2's anchor).
+
+    Args:
+        every_n_epochs: log every N epochs (epoch e is logged when (e + 1) % N == 0).
+        stages: any of ``"train"``, ``"val"``, ``"test"`` (``"test"`` is logged whenever ``trainer.test`` runs).
+        log_each: log every constraint's value (False: only the max and the count).
+        log_weights: log the multipliers / penalty weights (modules with ``constraint_weights()``).
+    """
+
+    def __init__(
+        self,
+        every_n_epochs: int = 1,
+        stages: Sequence[str] = ("train", "val", "test"),
+        log_each: bool = True,
+        log_weights: bool = True,
+    ) -> None:
+        unknown = set(stages) - {"train", "val", "test"}
+        if unknown:
+            raise ValueError(f"stages must be among 'train', 'val', 'test', got {sorted(unknown)}")
+        if int(every_n_epochs) < 1:
+            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        self.every_n_epochs, self.stages = int(every_n_epochs), tuple(stages)
+        self.log_each, self.log_weights = log_each, log_weights
+        self._sums: torch.Tensor | None = None
+        self._counts: torch.Tensor | None = None
+        self.last: dict[str, dict[str, float]] = {}  # the most recent values per stage (for scripts)
+
+    # ------------------------------------------------------------------ when
+    def _due(self, trainer: Trainer, stage: str) -> bool:
+        if stage not in self.stages or trainer.sanity_checking:
+            return False
+        return stage == "test" or (trainer.current_epoch + 1) % self.every_n_epochs == 0
+
+    def _reset(self) -> None:
+        self._sums = self._counts = None
+
+    def _add(self, pl_module: LightningModule, batch: dict[str, torch.Tensor]) -> None:
+        sums, counts = accumulate_constraint_statistics(pl_module, [batch])
+        self._sums = sums if self._sums is None else self._sums + sums
+        self._counts = counts if self._counts is None else self._counts + counts
+
+    def _log(self, pl_module: LightningModule, stage: str) -> None:
+        h = constraint_values(pl_module, self._sums, self._counts)
+        self._reset()
+        values = {f"{stage}/max_violation": float(torch.nan_to_num(h, nan=-torch.inf).max()),
+                  f"{stage}/num_violated": float((h > 0).sum())}
+        if self.log_each:
+            values.update({f"{stage}/constraint_{i}": float(v) for i, v in enumerate(h)})
+        weights = getattr(pl_module, "constraint_weights", None)
+        if self.log_weights and callable(weights):
+            w = weights()
+            if w is not None:
+                values.update({f"{stage}/multiplier_{i}": float(v) for i, v in enumerate(w)})
+        for name, value in values.items():  # identical on every rank: no sync needed
+            pl_module.log(name, value, on_step=False, on_epoch=True, sync_dist=False)
+        self.last[stage] = values
+
+    # ------------------------------------------------------------------ evaluation stages
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._reset()
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if self._due(trainer, "val"):
+            self._add(pl_module, batch)
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._due(trainer, "val"):
+            self._log(pl_module, "val")
+
+    def on_test_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._reset()
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if self._due(trainer, "test"):
+            self._add(pl_module, batch)
+
+    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._due(trainer, "test"):
+            self._log(pl_module, "test")
+
+    # ------------------------------------------------------------------ the training data
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self._due(trainer, "train"):
+            return
+        dataset = getattr(trainer.datamodule, "train_dataset", None) if trainer.datamodule is not None else None
+        if dataset is None:
+            return
+        batch_size = getattr(trainer.datamodule, "eval_batch_size", 1024)
+        loader = DataLoader(dataset, batch_sampler=SequentialShardSampler(len(dataset), batch_size),
+                            collate_fn=identity_collate)
+        # the batches the training loop would see: on the module's device, in the trainer's precision
+        batches = (trainer.precision_plugin.convert_input(trainer.strategy.batch_to_device(b)) for b in loader)
+        was_training = pl_module.training
+        pl_module.eval()
+        try:
+            self._sums, self._counts = accumulate_constraint_statistics(pl_module, batches)
+        finally:
+            pl_module.train(was_training)
+        self._log(pl_module, "train")

@@ -1,0 +1,256 @@
+"""ALEXR2 (seed 004, Algorithm 2): a double loop for non-smooth FCCO with a convex outer function.
+
+ALEXR2 minimizes the nested envelope ``F_{λ,ν}(w) = min_z F_λ(z) + ‖z − w‖²/(2ν)`` (eq. (5)), whose gradient is
+``(w − prox_{νF_λ}(w))/ν``. The inner loop is the primal-dual method ALEXR run for K steps from ``z_0 = w_t`` to
+approximate the prox point; the outer loop is a momentum / Adam-type step on ``G_t = (w_t − z_K)/ν``.
+
+Lightning runs one batch per step, so the double loop is a state machine: **every batch is one inner step** and
+every K-th batch also takes the outer step. The state (all buffers, so a checkpoint written anywhere in the loop
+resumes exactly): the anchor ``w_t`` (``anchor``), the previous inner iterate ``z_{k−1}`` (``inner_previous``),
+the inner-step counter ``k`` (``inner_step``) and the trackers ``u`` (``state``). The live parameters of the model
+hold the inner iterate ``z_k``; evaluation uses the anchor ``w_t`` (``eval_params="anchor"``, the algorithm's
+output) unless told otherwise.
+
+Inner step k (the dual step in its primal, MSVR form: seed 004 §2.2, verified equal to the Bregman argmax)::
+
+    u_i ← (1 − γ̂) u_i + γ̂ ĝ_i(z_k; B) + γ̂θ (ĝ_i(z_k; B) − ĝ_i(z_{k−1}; B))      γ̂ = γ/(1 + γ); y_i = ∇f_λ(u_i)
+    G_k = ∇ĝ_0(z_k; B̃) + mean_{i∈B_1} ∇ĝ_i(z_k; B̃) y_i                       (B̃ independent of B)
+    z_{k+1} = (η w_t + ν z_k − η ν G_k)/(η + ν)     = argmin ⟨G_k, z⟩ + ‖z − w_t‖²/(2ν) + ‖z − z_k‖²/(2η)
+
+Outer step, after K inner steps: ``G_t = (w_t − z_K)/ν`` (step 13 printed ``(β/ν)(w_t − z_K)``: the proof has no
+β, erratum 2), then the optimizer (Momentum: ``v ← (1 − β)v + βG_t, w ← w − αv``; or AdaptiveMomentum), then
+``z_0 = z_{−1} = w_{t+1}``. The duals (trackers) are warm-started across outer steps (the paper leaves y_{t,0} open).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from fccolit.algorithms.sonex import NonsmoothFCCOModule, select_rows
+from fccolit.objectives.base import FCCOObjective, InnerBatch
+from fccolit.state import StateUpdate
+
+__all__ = ["ALEXR2", "InnerProximalStep"]
+
+
+class InnerProximalStep(torch.optim.Optimizer):
+    r"""ALEXR's proximal primal step as an optimizer: ``z ← (η w + ν z − η ν G)/(η + ν)`` with ``G = z.grad``.
+
+    It is ``argmin_z ⟨G, z⟩ + ‖z − w‖²/(2ν) + ‖z − z_k‖²/(2η)`` in closed form (seed 004 §2.2.5). The anchors ``w``
+    come from ``anchors()`` at every step (one tensor per parameter, same order), so they may be buffers that the
+    module moves or re-creates. A parameter without gradient is pulled towards its anchor only.
+
+    Args:
+        params: the inner iterate z (the live parameters).
+        anchors: returns the anchor tensors w_t.
+        lr: η > 0, the inner step size (``lr`` so that schedulers can drive it).
+        nu: ν > 0, the outer Moreau parameter.
+    """
+
+    def __init__(self, params: Iterable[nn.Parameter], anchors: Callable[[], list[torch.Tensor]], lr: float, nu: float):
+        if not float(lr) > 0.0:
+            raise ValueError(f"the inner step size η (inner_lr) must be > 0, got {lr}")
+        if not float(nu) > 0.0:
+            raise ValueError(f"the Moreau parameter ν (nu) must be > 0, got {nu}")
+        super().__init__(params, dict(lr=float(lr), nu=float(nu)))
+        self._anchors = anchors
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        params = [p for group in self.param_groups for p in group["params"]]
+        anchors = self._anchors()
+        if len(anchors) != len(params):
+            raise RuntimeError(f"InnerProximalStep: {len(anchors)} anchors for {len(params)} parameters")
+        i = 0
+        for group in self.param_groups:
+            eta, nu = float(group["lr"]), float(group["nu"])
+            for p in group["params"]:
+                w = anchors[i]
+                i += 1
+                p.mul_(nu).add_(w, alpha=eta)
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-eta * nu)
+                p.div_(eta + nu)
+        return loss
+
+
+class ALEXR2(NonsmoothFCCOModule):
+    r"""ALEXR2 (seed 004, Algorithm 2) with the constrained variant (eq. (39)); see the module docstring.
+
+    Args:
+        lam: λ > 0 (or 0 for a smooth outer), the outer smoothing; ``f̄ = f_λ``, ``y = ∇f_λ(u)``. Default 2e-3:
+            the middle of the ROC-fairness grid {2e-2, 2e-3, 2e-4} (an assumption).
+        nu: ν, the outer Moreau parameter, ``ν < 1/ρ_{F_λ}`` (default 0.1, grid {0.1, 0.01}).
+        inner_lr: η, the inner primal step (default 0.1, an assumption inside the grid {1e-3, 1e-2, 0.1, 1}).
+        inner_steps: K, inner steps per outer step (default 5, grid {5, 10}).
+        ema_weight: γ̂ = γ/(1 + γ), the dual step in its MSVR form (default 0.8, the experiments' value).
+        extrapolation: θ, so the MSVR correction weight is γ̂θ (default 0.125: γ̂θ = 0.1 as in F.2).
+        independent_batches: split each per-device batch into a first half B (values, for u) and a second half B̃
+            (gradients), the paper's two independent batches. The global batch must then be laid out as two
+            independent halves, which holds for shuffled batches (``GroupBatchSampler`` with one group, or with
+            ``paired=True``) when half the global batch is a multiple of the number of devices; it does *not*
+            hold for ``DualSampler`` batches (positives first). False uses the whole batch for both
+            (deterministic tests).
+        eval_params: ``"anchor"`` (w_t, default) or ``"inner"`` (the live z_k) in validation / test / predict.
+        constraints_per_step, sample_seed: see :class:`~fccolit.algorithms.sonex.NonsmoothFCCOModule`.
+        (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`. The optimizer is the outer one (α = its
+            ``lr``, β = its ``momentum_weight``); the scheduler drives it and steps once per outer step
+            (``scheduler_interval="step"``) or per epoch. ``gradient_clip_val`` clips each inner ``G_k``.
+
+    ``trainer.global_step`` counts batches (inner steps): the inner step is the counted optimizer step and the
+    outer step calls the wrapped optimizer directly. (So 16-bit mixed precision with a gradient scaler is not
+    supported; use 32, 64 or bf16.)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: FCCOObjective,
+        lam: float = 2e-3,
+        nu: float = 0.1,
+        inner_lr: float = 0.1,
+        inner_steps: int = 5,
+        ema_weight: float = 0.8,
+        extrapolation: float = 0.125,
+        independent_batches: bool = True,
+        eval_params: str = "anchor",
+        constraints_per_step: int | None = None,
+        sample_seed: int = 0,
+        **kwargs,
+    ) -> None:
+        if not float(nu) > 0.0:
+            raise ValueError(f"the Moreau parameter ν (nu) must be > 0, got {nu}")
+        if not float(inner_lr) > 0.0:
+            raise ValueError(f"the inner step size η (inner_lr) must be > 0, got {inner_lr}")
+        if int(inner_steps) < 1:
+            raise ValueError(f"inner_steps (K) must be >= 1, got {inner_steps}")
+        if not 0.0 < ema_weight <= 1.0:
+            raise ValueError(f"ema_weight (γ̂ = γ/(1 + γ)) must be in (0, 1], got {ema_weight}")
+        if not extrapolation >= 0.0:
+            raise ValueError(f"extrapolation (θ) must be >= 0, got {extrapolation}")
+        if eval_params not in ("anchor", "inner"):
+            raise ValueError(f"eval_params must be 'anchor' or 'inner', got {eval_params!r}")
+        self.nu, self.inner_lr, self.inner_steps = float(nu), float(inner_lr), int(inner_steps)
+        self.ema_weight, self.extrapolation = float(ema_weight), float(extrapolation)
+        self.independent_batches, self.eval_params = bool(independent_batches), eval_params
+        super().__init__(
+            model, objective, lam=lam, constraints_per_step=constraints_per_step, sample_seed=sample_seed, **kwargs
+        )
+
+    @property
+    def dual_step(self) -> float:
+        """γ, the dual (mirror-ascent) step of Algorithm 2: γ̂ = γ/(1 + γ) ⇔ γ = γ̂/(1 − γ̂) (inf for γ̂ = 1)."""
+        return float("inf") if self.ema_weight == 1.0 else self.ema_weight / (1.0 - self.ema_weight)
+
+    def configure_state(self) -> None:
+        super().configure_state()
+        self.anchor = self.snapshot()  # w_t
+        self.inner_previous = self.snapshot()  # z_{k−1}
+        self.register_buffer("inner_step", torch.zeros((), dtype=torch.long))  # k
+
+    def configure_optimizers(self) -> Any:
+        params = [p for _, p in self.trainable()]
+        if not params:
+            raise ValueError(f"{type(self).__name__}: the model has no trainable parameters")
+        inner = InnerProximalStep(params, self.anchor.tensors, lr=self.inner_lr, nu=self.nu)
+        outer = self.optimizer_factory(params) if self.optimizer_factory else self.default_optimizer(params)
+        if self.scheduler_factory is None:
+            return [inner, outer]
+        return [inner, outer], [{"scheduler": self.scheduler_factory(outer)}]
+
+    # ------------------------------------------------------------------ evaluation at the anchor
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.training or self.eval_params == "inner" or not bool(self.anchor.ready):
+            return self.model(batch[self.input_key])
+        params = self.anchor.as_dict("model.")
+        return functional_call(self.model, params, (batch[self.input_key],), strict=False)
+
+    # ------------------------------------------------------------------ the state machine
+    def split_batch(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """``(B, B̃)``: the first and second half of this device's batch (or the whole batch twice)."""
+        if not self.independent_batches:
+            return batch, batch
+        n = batch[self.input_key].shape[0]
+        if n % 2:
+            raise ValueError(
+                f"ALEXR2 splits each per-device batch into a value half and a gradient half, but this batch has {n} "
+                "rows: use an even per-device batch size, or independent_batches=False"
+            )
+        half = n // 2
+
+        def part(sl: slice) -> dict[str, torch.Tensor]:
+            return {k: v[sl] if isinstance(v, torch.Tensor) and v.shape[:1] == (n,) else v for k, v in batch.items()}
+
+        return part(slice(0, half)), part(slice(half, n))
+
+    def dual_update(self, batch: dict[str, torch.Tensor]) -> tuple[InnerBatch, StateUpdate]:
+        """The dual step on the value batch B, in MSVR form: ``u_i ← (1 − γ̂)u_i + γ̂ ĝ_i(z_k) + γ̂θ(ĝ_i(z_k) −
+        ĝ_i(z_{k−1}))`` for the rows i ∈ B_1 of the batch (``y_i = ∇f_λ(u_i)``). Returns the rows and the update."""
+        with torch.no_grad():
+            scores = self(batch)
+            scores, obj_batch, synced = self.objective_inputs(scores, batch)
+            values = self.objective.inner(scores, obj_batch)
+            correction = None
+            if self.extrapolation != 0.0 and int(self.inner_step) > 0:  # z_{−1} = z_0: no correction at k = 0
+                correction = self.inner_at(self.inner_previous, batch, obj_batch, synced).value
+        values, correction = self.sample_constraints(values, correction)
+        record = self.state.update(
+            values.index, values.value, ema_weight=self.ema_weight, correction=correction,
+            correction_weight=self.ema_weight * self.extrapolation, synced=synced,
+        )
+        return values, record
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        inner_opt, outer_opt = self.optimizers()
+        params = [p for _, p in self.trainable()]
+        if not bool(self.anchor.ready):  # z_{0} = z_{−1} = w_0
+            self.anchor.copy_from(params)
+            self.inner_previous.copy_from(params)
+        value_batch, grad_batch = self.split_batch(batch)
+        values, record = self.dual_update(value_batch)
+
+        # primal gradient on the independent batch B̃, with the fresh duals y_i = ∇f_λ(u_i), i ∈ B_1
+        scores = self(grad_batch)
+        scores, obj_batch, _ = self.objective_inputs(scores, grad_batch)
+        grads = self.objective.inner(scores, obj_batch)
+        grads = select_rows(grads, torch.isin(grads.index, values.index).nonzero().flatten())
+        u = self.state.value.index_select(0, grads.index)
+        direct = self.direct_term(scores, obj_batch)
+        loss = self.surrogate(self.outer_weight(u, grads.context), grads, direct, scores)
+
+        inner_opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        if self.gradient_clip_val:
+            self.clip_gradients(
+                inner_opt, gradient_clip_val=self.gradient_clip_val, gradient_clip_algorithm=self.gradient_clip_algorithm
+            )
+        self.inner_previous.copy_from(params)  # z_k becomes z_{k−1}
+        inner_opt.step()  # z_{k+1}; the counted step: global_step = batches
+        self.inner_step += 1
+        self.steps_done += 1
+        if int(self.inner_step) >= self.inner_steps:
+            self.outer_step(outer_opt.optimizer, params)
+        self.log_objective_estimate(self.objective_estimate(record.current, values, direct))
+
+    @torch.no_grad()
+    def outer_step(self, optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> None:
+        """``G_t = (w_t − z_K)/ν`` into ``.grad``, the parameters back to ``w_t``, the optimizer's step, new anchor."""
+        for p, w in zip(params, self.anchor.tensors(), strict=True):
+            p.grad = (w - p) / self.nu
+            p.copy_(w)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        self.anchor.copy_from(params)
+        self.inner_previous.copy_from(params)
+        self.inner_step.zero_()
+        scheduler = self.lr_schedulers()
+        if scheduler is not None and self.scheduler_interval == "step":
+            scheduler.step()

@@ -1,0 +1,365 @@
+"""SONEX (seed 004, Algorithm 1) and its baselines SONX and SOX on a penalty, for non-smooth FCCO.
+
+SONEX solves the outer-smoothed problem ``min_w F_λ(w) = g_0(w) + (1/n) Σ_i f_{i,λ}(g_i(w))`` (f_λ the Moreau
+envelope of a non-smooth f with a cheap prox, :mod:`fccolit.objectives.nonsmooth`) single-loop::
+
+    u_i ← (1 − γ) u_i + γ ĝ_i(w_t; B_i) + γ' (ĝ_i(w_t; B_i) − ĝ_i(w_{t−1}; B_i))     i ∈ B_1  (MSVR, same batch at
+                                                                                       w_t and w_{t−1})
+    G_t = ∇ĝ_0(w_t; B_0) + (1/|B_1|) Σ_{i∈B_1} ∇ĝ_i(w_t; B_i) ∇f_λ(u_i)            (the fresh u, erratum 1)
+    v ← (1 − β) v + β G_t ;  w ← w − η v          (or the Adam-type step: the optimizer, :mod:`fccolit.optim`)
+
+The pieces shared with ALEXR2 (:mod:`fccolit.algorithms.alexr2`) live in :class:`NonsmoothFCCOModule`: copies of
+the parameters kept as buffers (:class:`ParameterSnapshot`), the inner values at such a copy
+(``torch.func.functional_call``, no gradient), the direct term ``g_0``, the Moreau-envelope outer weight,
+constraint sampling and the multiplier estimates.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from fccolit import distributed
+from fccolit.algorithms.base import FCCOModule
+from fccolit.objectives.base import FCCOObjective, InnerBatch
+from fccolit.objectives.nonsmooth import CompositeObjective
+
+__all__ = ["ParameterSnapshot", "NonsmoothFCCOModule", "SONEX", "SONX", "PenaltySOX", "theoretical_correction_weight"]
+
+
+def theoretical_correction_weight(ema_weight: float, num_rows: int, rows_per_step: int) -> float:
+    """SONEX's MSVR weight from Thm 4.7: ``γ' = 1 − γ + (n − B1)/(B1 (1 − γ))`` (> 1 when B1 < n).
+
+    The paper's experiments tune γ' in {0.01, …, 0.2} instead. With full participation (B1 = n) it is ``1 − γ``,
+    for which ``u`` tracks a deterministic ``g`` exactly (seed 004 §4.2.2).
+    """
+    if not 0.0 < ema_weight < 1.0:
+        raise ValueError(f"γ must be in (0, 1) for the theoretical γ', got {ema_weight}")
+    return 1.0 - ema_weight + (num_rows - rows_per_step) / (rows_per_step * (1.0 - ema_weight))
+
+
+def select_rows(inner: InnerBatch, keep: torch.Tensor) -> InnerBatch:
+    """The rows ``keep`` (positions) of ``inner``, with their context."""
+    return InnerBatch(
+        index=inner.index.index_select(0, keep),
+        value=inner.value.index_select(0, keep),
+        context={k: v.index_select(0, keep) for k, v in inner.context.items()},
+    )
+
+
+def _buffer_name(name: str) -> str:
+    return name.replace(".", "__")
+
+
+class ParameterSnapshot(nn.Module):
+    """A copy of a module's trainable parameters kept as persistent buffers.
+
+    It moves with the module, follows its dtype, is in every checkpoint (so a resumed run continues with the
+    same previous iterate / anchor) and is identical on every rank under DDP (the weights are). ``ready`` is False
+    until the first :meth:`copy_from`.
+
+    Args:
+        named: ``(name, parameter)`` pairs; names as in ``module.named_parameters()``.
+    """
+
+    def __init__(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
+        super().__init__()
+        named = list(named)
+        self.names = [n for n, _ in named]
+        for n, p in named:
+            self.register_buffer(_buffer_name(n), p.detach().clone())
+        self.register_buffer("ready", torch.zeros((), dtype=torch.bool))
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [getattr(self, _buffer_name(n)) for n in self.names]
+
+    def as_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
+        """``{name without prefix: copy}`` for the names starting with ``prefix``."""
+        return {n[len(prefix):]: t for n, t in zip(self.names, self.tensors()) if n.startswith(prefix)}
+
+    @torch.no_grad()
+    def copy_from(self, params: Iterable[torch.Tensor]) -> None:
+        for buf, p in zip(self.tensors(), params, strict=True):
+            buf.copy_(p)
+        self.ready.fill_(True)
+
+    def extra_repr(self) -> str:
+        return f"{len(self.names)} tensors"
+
+
+class NonsmoothFCCOModule(FCCOModule):
+    """What SONEX and ALEXR2 share (see the module docstring).
+
+    Args:
+        lam: λ ≥ 0, the outer smoothing: the algorithm uses ``∇f_λ`` (Moreau envelope, needs a
+            :class:`~fccolit.objectives.nonsmooth.CompositeObjective`); 0 uses ``∇f`` itself (a subgradient for
+            a non-smooth f: SONX).
+        constraints_per_step: B1 < m samples that many of the outer indices present in a batch each step (the
+            "constraint sampling" of Table 2; the same rows on every rank); None uses all of them.
+        sample_seed: seeds the constraint sampling (with the step count, so it resumes exactly).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: FCCOObjective,
+        lam: float = 0.0,
+        constraints_per_step: int | None = None,
+        sample_seed: int = 0,
+        **kwargs,
+    ) -> None:
+        if not float(lam) >= 0.0:
+            raise ValueError(f"the smoothing parameter λ (lam) must be >= 0, got {lam}")
+        if float(lam) > 0.0 and not isinstance(objective, CompositeObjective):
+            raise TypeError(
+                f"{type(self).__name__}(lam={lam}) smooths the outer function with its Moreau envelope, which needs "
+                f"its prox: use a CompositeObjective (fccolit.objectives.nonsmooth), not {type(objective).__name__}; "
+                "or pass lam=0 for the plain (sub)gradient"
+            )
+        if constraints_per_step is not None and int(constraints_per_step) < 1:
+            raise ValueError(f"constraints_per_step must be >= 1 or None, got {constraints_per_step}")
+        self.lam = float(lam)
+        self.constraints_per_step = None if constraints_per_step is None else int(constraints_per_step)
+        self.sample_seed = int(sample_seed)
+        super().__init__(model, objective, **kwargs)
+
+    def configure_state(self) -> None:
+        super().configure_state()
+        self.register_buffer("steps_done", torch.zeros((), dtype=torch.long))
+
+    # ------------------------------------------------------------------ parameters and their copies
+    def trainable(self) -> list[tuple[str, nn.Parameter]]:
+        """The parameters the algorithm updates (model and objective, e.g. the CVaR threshold), in a fixed order."""
+        return [(n, p) for n, p in self.named_parameters() if p.requires_grad]
+
+    def snapshot(self) -> ParameterSnapshot:
+        return ParameterSnapshot(self.trainable())
+
+    def inner_at(
+        self,
+        snapshot: ParameterSnapshot,
+        batch: dict[str, torch.Tensor],
+        obj_batch: dict[str, torch.Tensor],
+        synced: bool,
+    ) -> InnerBatch:
+        """The inner values of ``batch`` at the parameters in ``snapshot`` (no gradient, the live ones untouched).
+
+        The forward runs through ``torch.func.functional_call``; the model's buffers (e.g. BatchNorm statistics)
+        are passed as copies so this extra pass does not update them.
+        """
+        with torch.no_grad():
+            params = snapshot.as_dict()
+            buffers = {f"model.{n}": b.clone() for n, b in self.model.named_buffers()}
+            scores = functional_call(self, {**params, **buffers}, (batch,), strict=False)
+            if synced:  # the objective sees the global batch: gather the scores like objective_inputs does
+                scores = distributed.all_gather_equal(scores)
+            objective_params = snapshot.as_dict("objective.")
+            if not objective_params:
+                return self.objective.inner(scores, obj_batch)
+            if not isinstance(self.objective, CompositeObjective):
+                raise TypeError(
+                    f"{type(self.objective).__name__} has parameters but no forward(); evaluating it at other "
+                    "parameters needs forward(scores, batch) = inner(scores, batch) (CompositeObjective has it)"
+                )
+            return functional_call(self.objective, objective_params, (scores, obj_batch), strict=False)
+
+    # ------------------------------------------------------------------ the pieces of the estimator
+    def direct_term(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """The mini-batch estimate of ``g_0`` (None when the objective has no direct term)."""
+        direct = getattr(self.objective, "direct", None)
+        return None if direct is None else direct(scores, batch)
+
+    def outer_weight(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``∇f_λ(u)`` (λ > 0) or ``∇f(u)`` (λ = 0), detached: the weight of ``ĝ_i`` in the surrogate loss."""
+        if self.lam > 0.0:
+            weight = self.objective.smoothed_outer_grad(u, self.lam, context)
+        else:
+            weight = self.objective.outer_grad(u, context)
+        return weight.detach()
+
+    def sample_constraints(
+        self, inner: InnerBatch, *aligned: torch.Tensor | None
+    ) -> tuple[InnerBatch, ...]:
+        """Keep the rows whose index is in this step's random subset of ``constraints_per_step`` outer indices.
+
+        The subset is drawn from the step count and ``sample_seed`` only, so it is the same on every rank and on
+        resume. ``aligned`` tensors (e.g. the MSVR correction) are filtered with the same rows.
+        """
+        if self.constraints_per_step is None or self.constraints_per_step >= self.state.num_rows:
+            return (inner, *aligned)
+        gen = torch.Generator().manual_seed(self.sample_seed * 1_000_003 + int(self.steps_done))
+        chosen = torch.randperm(self.state.num_rows, generator=gen)[: self.constraints_per_step]
+        keep = torch.isin(inner.index, chosen.to(inner.index.device)).nonzero().flatten()
+        return (select_rows(inner, keep), *[None if t is None else t.index_select(0, keep) for t in aligned])
+
+    def surrogate(
+        self, weight: torch.Tensor | None, inner: InnerBatch, direct: torch.Tensor | None, scores: torch.Tensor
+    ) -> torch.Tensor:
+        """``ĝ_0 + mean_i ⟨weight_i, ĝ_i⟩``: its gradient is the algorithm's estimator (its value means nothing)."""
+        loss = scores.sum() * 0.0 if direct is None else direct
+        if weight is not None and inner.index.numel() > 0:
+            loss = loss + (weight.to(inner.value.dtype) * inner.value).sum(-1).mean()
+        return loss
+
+    def objective_estimate(
+        self, u: torch.Tensor, inner: InnerBatch, direct: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """Per-row plug-in estimate ``ĝ_0 + f(u_i)`` of F (the unsmoothed f), for ``train/objective``."""
+        if inner.index.numel() == 0:
+            return None
+        with torch.no_grad():
+            estimate = self.objective.outer(u, inner.context)
+            return estimate if direct is None else estimate + direct.detach()
+
+    def constraint_weights(self) -> torch.Tensor | None:
+        """Per state row ``(1/n) ∂p_λ(h_i(u_i))``: the multiplier estimates ν_i (smoothed hinge), or the penalty
+        weight of each constraint (hinge, squared hinge). NaN for rows never visited. None without a prox."""
+        if not isinstance(self.objective, CompositeObjective):
+            return None
+        u = self.state.values()
+        return self.objective.multipliers(u, self.lam)
+
+
+class SONEX(NonsmoothFCCOModule):
+    r"""SONEX (seed 004, Algorithm 1): MSVR tracking + Moreau-envelope outer gradient + momentum or Adam-type step.
+
+    One training step, for the outer indices ``i`` of the batch (groups, constraints, ...; the others unchanged)::
+
+        u_i ← (1 − γ) u_i + γ ĝ_i(w_t) + γ' (ĝ_i(w_t) − ĝ_i(w_{t−1}))        first visit: u_i ← ĝ_i(w_t)
+        G   = ∇ĝ_0(w_t) + mean_i ∇ĝ_i(w_t) ∇f_λ(u_i)                       u: the fresh one (default)
+        optimizer step on G            (Momentum(β): v ← (1 − β)v + βG, w ← w − ηv; or AdaptiveMomentum)
+
+    ``ĝ_i(w_{t−1})`` is the same batch evaluated at a copy of the previous parameters (``previous``, a buffer:
+    in every checkpoint), through ``torch.func.functional_call`` without gradient. The constrained variant (eq.
+    (40)) is this with a :class:`~fccolit.objectives.constrained.ConstrainedObjective` (``g_0`` = the objective,
+    one row per constraint) and optionally ``constraints_per_step`` < m.
+
+    Args:
+        lam: λ, outer smoothing (default 0.01: an assumption; the GDRO grid was {1, 0.1, 0.01}, the ROC-fairness
+            grid {2e-2, 2e-3, 2e-4}; the theory takes λ = ε/C_f, and λ = ε/ρ for the smoothed-hinge penalty).
+        ema_weight: γ ∈ (0, 1] (default 0.8: the continual-learning run and the ROC-fairness MSVR settings; the
+            GDRO grid was {0.1, 0.2, 0.5, 0.8}).
+        correction_weight: γ' ≥ 0, the MSVR correction (default 0.1, the experiments' value; grid {0.01, …, 0.2};
+            the theory's value is :func:`theoretical_correction_weight`). 0 skips the previous-parameter pass.
+        u_for_gradient: ``"fresh"`` (u after this step's update: the proof's indexing, seed 004 erratum 1) or
+            ``"previous"`` (u before it, SOX's Algorithm 1).
+        constraints_per_step, sample_seed: see :class:`NonsmoothFCCOModule`.
+        (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`. β and η belong to the optimizer; default
+            ``Momentum(lr=1e-3, momentum_weight=0.1)`` (β = 0.1, Table 3's best).
+
+    Under DDP: objectives that pool the batch (``needs_global_batch``) are evaluated on the gathered global batch;
+    the others must see the same outer indices with equal sample counts on every rank (the group sampler lays its
+    batches out so), so that the mean over a rank's rows, averaged by DDP, is the global mean.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: FCCOObjective,
+        lam: float = 0.01,
+        ema_weight: float = 0.8,
+        correction_weight: float = 0.1,
+        u_for_gradient: str = "fresh",
+        constraints_per_step: int | None = None,
+        sample_seed: int = 0,
+        **kwargs,
+    ) -> None:
+        if not 0.0 < ema_weight <= 1.0:
+            raise ValueError(f"ema_weight (γ) must be in (0, 1], got {ema_weight}")
+        if not correction_weight >= 0.0:
+            raise ValueError(f"correction_weight (γ') must be >= 0, got {correction_weight}")
+        if u_for_gradient not in ("fresh", "previous"):
+            raise ValueError(f"u_for_gradient must be 'fresh' or 'previous', got {u_for_gradient!r}")
+        self.ema_weight, self.correction_weight = float(ema_weight), float(correction_weight)
+        self.u_for_gradient = u_for_gradient
+        super().__init__(
+            model, objective, lam=lam, constraints_per_step=constraints_per_step, sample_seed=sample_seed, **kwargs
+        )
+
+    def configure_state(self) -> None:
+        super().configure_state()
+        # w_{t−1}: only needed for the MSVR correction (PenaltySOX runs without it)
+        self.previous = self.snapshot() if self.correction_weight != 0.0 else None
+
+    def compositional_loss(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """SONEX's surrogate loss (its gradient is G_t) and the rows' ``ĝ_0 + f(u_i)``; updates u and ``previous``.
+
+        ``scores`` are ``self(batch)`` at the current parameters w_t. The base class's ``training_step`` then takes
+        the optimizer step.
+        """
+        params = [p for _, p in self.trainable()]
+        if self.previous is not None and not bool(self.previous.ready):
+            self.previous.copy_from(params)  # w_{−1} = w_0
+        scores, obj_batch, synced = self.objective_inputs(scores, batch)
+        inner = self.objective.inner(scores, obj_batch)
+        correction = None
+        if self.previous is not None:
+            previous = self.inner_at(self.previous, batch, obj_batch, synced)
+            if not torch.equal(previous.index, inner.index):
+                raise RuntimeError(
+                    f"{type(self.objective).__name__}.inner returned other outer indices at the previous parameters: "
+                    "the MSVR correction needs the same rows for the same batch"
+                )
+            correction = previous.value
+        inner, correction = self.sample_constraints(inner, correction)
+        record = self.state.update(
+            inner.index, inner.value, ema_weight=self.ema_weight, correction=correction,
+            correction_weight=self.correction_weight, synced=synced,
+        )  # called even for an empty batch: under DDP every rank takes part in the gather
+        u = record.current if self.u_for_gradient == "fresh" else record.previous
+        direct = self.direct_term(scores, obj_batch)
+        loss = self.surrogate(self.outer_weight(u, inner.context), inner, direct, scores)
+        if self.previous is not None:
+            self.previous.copy_from(params)  # w_t becomes the previous iterate of the next step
+        self.steps_done += 1
+        return loss, self.objective_estimate(record.current, inner, direct)
+
+
+class SONX(SONEX):
+    """SONX (Hu, Zhu, Yang 2023; seed 004 §2.4): SONEX without smoothing and without momentum.
+
+    MSVR tracking as SONEX, the **un-smoothed** (sub)gradient ``∂f(u_i)`` of the outer function (the hinge
+    penalty of Yang et al. [8]), and a plain SGD step: the default optimizer is ``Momentum(momentum_weight=1)``.
+    ``SONX(...)`` equals ``SONEX(..., lam=0)`` with the same optimizer (a test checks it).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: FCCOObjective,
+        ema_weight: float = 0.8,
+        correction_weight: float = 0.1,
+        **kwargs,
+    ) -> None:
+        super().__init__(model, objective, lam=0.0, ema_weight=ema_weight, correction_weight=correction_weight, **kwargs)
+
+    def default_optimizer(self, params) -> torch.optim.Optimizer:
+        from fccolit.optim import Momentum
+
+        return Momentum(params, lr=1e-3, momentum_weight=1.0)
+
+
+class PenaltySOX(SONEX):
+    """SOX (seed 001, Algorithm 1) on a composite objective: the baseline "SOX + squared-hinge penalty" of seed 004.
+
+    Moving average without correction (γ' = 0), the previous ``u`` in the gradient, no smoothing, momentum β::
+
+        u_i ← (1 − γ) u_i + γ ĝ_i(w_t) ;   G = ∇ĝ_0(w_t) + mean_i ∇ĝ_i(w_t) ∇f(u_i^{t−1}) ;   v, w as SOX
+
+    i.e. :class:`fccolit.algorithms.SOX` plus the direct term ``g_0`` (the plain SOX module has no ``g_0``). Use it
+    with ``penalty="squared_hinge"`` (Li et al. [7]); defaults are SOX's (γ = 0.1).
+    """
+
+    def __init__(
+        self, model: nn.Module, objective: FCCOObjective, ema_weight: float = 0.1, u_for_gradient: str = "previous",
+        **kwargs,
+    ) -> None:
+        super().__init__(
+            model, objective, lam=0.0, ema_weight=ema_weight, correction_weight=0.0, u_for_gradient=u_for_gradient,
+            **kwargs,
+        )

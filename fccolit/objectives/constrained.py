@@ -1,0 +1,247 @@
+"""Non-smooth FCCO tasks of seed 004: group DRO with CVaR, and ``min g_0 s.t. h_i ≤ 0`` problems (ROC fairness).
+
+Each is a :class:`~fccolit.objectives.nonsmooth.CompositeObjective`: ``F(w) = g_0(w) + (1/n) Σ_i f(g_i(w))``.
+
+* :class:`GroupDROCVaR` (seed 004 eq. (10)): ``min_{θ,s} s + (1/n) Σ_g (1/r)[L_g(θ) − s]_+``, one outer index per
+  group, ``f = (1/r)[·]_+`` (:class:`~fccolit.objectives.nonsmooth.Hinge` with ρ = 1/r), ``g_0 = s``.
+* :class:`ConstrainedObjective`: the penalty form ``Φ(w) = g_0(w) + (1/m) Σ_i p(h_i(w))`` of
+  ``min g_0(w) s.t. h_i(w) ≤ 0, i = 1..m`` (eqs. (8), (9)), one outer index per constraint, ``p`` the hinge
+  (exact penalty), its smoothed (Huber) form, or the squared hinge. Constraints whose inner value is a ratio of
+  sums (a mean over the constraint's data) only implement :meth:`ConstrainedObjective.constraint_statistics`; the
+  same sums give the mini-batch inner values and the exact full-data values that
+  :class:`~fccolit.callbacks.constraints.ConstraintViolationLogger` reduces across ranks.
+* :class:`ROCFairnessAUC` (seed 004 §1.5(b), Appendix F.2): pairwise sigmoid AUC loss subject to TPR and FPR gaps
+  between two groups ``≤ κ`` at thresholds Γ.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fccolit.objectives.base import InnerBatch
+from fccolit.objectives.nonsmooth import CompositeObjective, GapPenalty, Hinge, make_penalty
+
+__all__ = ["GroupDROCVaR", "ConstrainedObjective", "ROCFairnessAUC", "GDRO_LOSSES"]
+
+#: Accepted per-sample losses of :class:`GroupDROCVaR`.
+GDRO_LOSSES = ("logistic", "cross_entropy")
+
+
+def _zero(scores: torch.Tensor) -> torch.Tensor:
+    """A zero that keeps the autograd graph (DDP needs every parameter in the backward pass)."""
+    return scores.sum() * 0.0
+
+
+class GroupDROCVaR(CompositeObjective):
+    r"""Group DRO with the CVaR divergence (seed 004 eq. (10), Appendix F.1)::
+
+        F(θ, s) = s + (1/n) Σ_{g=1}^{n} (1/r) [ L_g(θ) − s ]_+,     L_g(θ) = E_{(x,y)~D_g} ℓ(θ; x, y),   r = k/n
+
+    the closed form of ``max_{p ∈ Δ, p_g ≤ 1/k} Σ_g p_g L_g``: the mean loss of the k worst groups (at the optimum
+    ``s`` is a (1 − r)-quantile of the group losses). FCCO mapping [derived]: ``w = (θ, s)``, one outer index per
+    group, ``g_g(w) = L_g(θ) − s`` (d' = 1), ``f(x) = (1/r)[x]_+`` (convex, non-decreasing, C_f = 1/r), ``g_0 = s``.
+
+    The state tracks ``L_g − s`` (the literal Algorithm 1; seed 004 §1.5(a) leaves open whether to track ``L_g``
+    only and subtract the current ``s`` exactly; only the literal form is implemented). ``s`` is a parameter of
+    this objective (``threshold``), so the optimizer updates it with the model (it is in ``module.parameters()``).
+
+    Batch fields: ``group`` ``[B]`` long (the outer index, ``0 ≤ group < num_groups``) and ``y`` ``[B]`` (binary
+    labels in {0, 1} for ``"logistic"``, class ids for ``"cross_entropy"``); state rows: ``sizes["num_groups"]``.
+
+    Args:
+        ratio: r ∈ (0, 1], the CVaR ratio k/n (the paper's "α = 0.15" in F.1, a symbol clash with the step size).
+        loss: per-sample loss ℓ: ``"logistic"`` (scores ``[B]``, BCE with logits) or ``"cross_entropy"``
+            (scores ``[B, C]``).
+        init_threshold: s_0 (0: an assumption, the paper does not say).
+    """
+
+    inner_dim: ClassVar[int] = 1
+    state_rows: ClassVar[str] = "num_groups"
+    needs_global_batch: ClassVar[bool] = False
+    batch_fields: ClassVar[tuple[str, ...]] = ("y", "group")
+
+    def __init__(self, ratio: float = 0.15, loss: str = "logistic", init_threshold: float = 0.0) -> None:
+        super().__init__()
+        if not 0.0 < float(ratio) <= 1.0:
+            raise ValueError(f"the CVaR ratio r must be in (0, 1], got {ratio}")
+        if loss not in GDRO_LOSSES:
+            raise ValueError(f"unknown GDRO loss {loss!r}; choose one of {', '.join(GDRO_LOSSES)}")
+        self.ratio, self.loss = float(ratio), loss
+        self.outer_fn = Hinge(1.0 / self.ratio)
+        self.threshold = nn.Parameter(torch.tensor(float(init_threshold)))
+        self.default_metrics = ("auroc",) if loss == "logistic" else ()
+
+    def sample_losses(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """ℓ(θ; x, y) of every sample, ``[B]``."""
+        if self.loss == "logistic":  # log(1 + e^s) − y·s, the BCE with logits (written out: the fused kernel is
+            scores = scores.reshape(-1)  # far slower on small CPU batches)
+            return F.softplus(scores) - batch["y"].reshape(-1).to(scores.dtype) * scores
+        return F.cross_entropy(scores, batch["y"].reshape(-1).long(), reduction="none")
+
+    def group_means(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(groups [G], mean loss of each group in the batch [G])`` for the G groups present (sorted)."""
+        losses = self.sample_losses(scores, batch)
+        groups, inverse = torch.unique(batch["group"].reshape(-1), sorted=True, return_inverse=True)
+        sums = losses.new_zeros(groups.shape[0]).index_add(0, inverse, losses)
+        counts = losses.new_zeros(groups.shape[0]).index_add(0, inverse, torch.ones_like(losses))
+        return groups, sums / counts
+
+    def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+        groups, means = self.group_means(scores, batch)
+        return InnerBatch(index=groups, value=(means - self.threshold.to(means.dtype)).unsqueeze(-1))
+
+    def direct(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.threshold.to(scores.dtype)
+
+    def extra_repr(self) -> str:
+        return f"ratio={self.ratio}, loss={self.loss!r}"
+
+
+class ConstrainedObjective(CompositeObjective):
+    r"""``min g_0(w) s.t. h_i(w) ≤ 0, i = 1..m`` solved through the penalty problem (seed 004 eqs. (8), (9))::
+
+        Φ(w) = g_0(w) + (1/m) Σ_{i=1}^{m} p(h_i(w))
+
+    with ``p`` the hinge ``ρ[·]_+`` (exact for ρ large enough: ρ > m(C_g + 1)/δ, Prop. 5.2), its Huber form
+    (λ = ε/ρ gives a nearly ε-KKT point), or the squared hinge ``ρ[·]_+²`` (inexact: the violation decays like 1/ρ).
+    One outer index (state row) per constraint. Subclasses set :attr:`num_constraints` and implement :meth:`direct`
+    (``g_0``) and either :meth:`inner` or :meth:`constraint_statistics` (then the inner value of constraint ``i``
+    is ``sums_i / counts_i`` over the batch, and rows whose counts are zero in a batch are left out of that step).
+
+    Args:
+        penalty: ``"hinge"``, ``"smoothed_hinge"`` or ``"squared_hinge"``.
+        rho: ρ, the penalty weight (β in the paper's eq. (53)).
+        lam: λ of ``"smoothed_hinge"`` only (to smooth a hinge with SONEX / ALEXR2, give λ to the algorithm).
+    """
+
+    inner_dim: ClassVar[int] = 1
+    num_constraints: int = 0
+
+    def __init__(self, penalty: str = "hinge", rho: float = 10.0, lam: float | None = None) -> None:
+        super().__init__()
+        self.penalty_name, self.rho, self.lam = penalty, float(rho), lam
+        self.penalty = make_penalty(penalty, rho, lam)
+        self.outer_fn = self.penalty
+
+    def num_rows(self, sizes: dict[str, int]) -> int:
+        if self.num_constraints <= 0:
+            raise ValueError(f"{type(self).__name__} has no constraints (num_constraints = {self.num_constraints})")
+        return self.num_constraints
+
+    def constraint_names(self) -> list[str]:
+        """A readable name per constraint (the TensorBoard tags use the index: ``val/constraint_<i>``)."""
+        return [f"constraint_{i}" for i in range(self.num_constraints)]
+
+    def constraint_values(self, u: torch.Tensor) -> torch.Tensor:
+        """``h_i`` from the inner values ``u [m, d']``: ``[m]`` (feasible where ≤ 0)."""
+        return self.outer_fn.constraint(u)
+
+    def constraint_statistics(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sums [m, d'], counts [m, d'])`` over the batch, with ``g_i = sums_i / counts_i`` on the full data.
+
+        Sums and counts (not means) so that the value on data split in shards is exact: add the shards' sums and
+        counts, then divide. The sums are differentiable w.r.t. the scores.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither inner() nor constraint_statistics(); the constraint logger "
+            "and the default inner() need constraint_statistics()"
+        )
+
+    def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+        sums, counts = self.constraint_statistics(scores, batch)
+        present = (counts > 0).all(-1).nonzero().flatten()
+        value = sums.index_select(0, present) / counts.index_select(0, present)
+        return InnerBatch(index=present, value=value)
+
+    def extra_repr(self) -> str:
+        return f"num_constraints={self.num_constraints}, penalty={self.outer_fn!r}"
+
+
+class ROCFairnessAUC(ConstrainedObjective):
+    r"""AUC maximization under ROC-fairness constraints (seed 004 §1.5(b), Appendix F.2, after Vogel et al.)::
+
+        min_w  F(w) = −1/(|D_+||D_−|) Σ_{i∈D_+} Σ_{j∈D_−} σ(s_w(x_i) − s_w(x_j))
+        s.t.   h_τ^+(w) = | mean_{p, y=1} σ(s_w − τ) − mean_{u, y=1} σ(s_w − τ) | − κ ≤ 0      (TPR gap at τ)
+               h_τ^−(w) = | mean_{p, y=0} σ(s_w − τ) − mean_{u, y=0} σ(s_w − τ) | − κ ≤ 0      (FPR gap at τ)
+               for τ ∈ Γ
+
+    penalized as ``F + (1/m) Σ_i p(h_i)``, m = 2|Γ| (with p = ρ[·]_+ this is eq. (53)). Each constraint is
+    ``f(g) = p(|g_1 − g_2| − κ)`` of a 2-component inner value ``g = (mean over the protected group's cell,
+    mean over the other group's cell)`` (:class:`~fccolit.objectives.nonsmooth.GapPenalty`: convex, not monotone,
+    so case A2 of the paper: ALEXR2).
+
+    Rows: ``0 .. |Γ|−1`` are the TPR gaps at Γ in order, ``|Γ| .. 2|Γ|−1`` the FPR gaps. The AUC term pairs every
+    positive with every negative of the batch, and a constraint's group means pool the whole batch, so under DDP
+    the scores are gathered (``needs_global_batch``). A constraint whose cells (group × class) are empty in a
+    batch is left out of that step.
+
+    Batch fields: ``y`` ``[B]`` in {0, 1} and ``group`` ``[B]`` in {0, 1}.
+
+    Args:
+        thresholds: Γ, on the raw score scale (default {−3, …, 3}, the paper's).
+        kappa: κ, the tolerance (default 0.005, the paper's).
+        penalty, rho, lam: see :class:`ConstrainedObjective`. Default ρ = 10: an assumption inside the paper's grid
+            {4, 6, 8, 10, 20, 40} for ALEXR2 and SONX (the squared hinge of SOX used {10, …, 1000}).
+        protected_group: the value of ``group`` that is "p" (the other one is "u"); the gaps are symmetric.
+    """
+
+    inner_dim: ClassVar[int] = 2
+    needs_global_batch: ClassVar[bool] = True
+    batch_fields: ClassVar[tuple[str, ...]] = ("y", "group")
+    default_metrics: ClassVar[tuple[str, ...]] = ("auroc",)
+
+    def __init__(
+        self,
+        thresholds: Sequence[float] = (-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0),
+        kappa: float = 0.005,
+        penalty: str = "hinge",
+        rho: float = 10.0,
+        lam: float | None = None,
+        protected_group: int = 1,
+    ) -> None:
+        super().__init__(penalty=penalty, rho=rho, lam=lam)
+        if len(thresholds) == 0:
+            raise ValueError("ROCFairnessAUC needs at least one threshold τ")
+        if protected_group not in (0, 1):
+            raise ValueError(f"protected_group must be 0 or 1, got {protected_group}")
+        self.thresholds = tuple(float(t) for t in thresholds)
+        self.kappa, self.protected_group = float(kappa), int(protected_group)
+        self.num_constraints = 2 * len(self.thresholds)
+        self.outer_fn = GapPenalty(self.penalty, self.kappa)
+
+    def constraint_names(self) -> list[str]:
+        return [f"tpr_gap@{t:g}" for t in self.thresholds] + [f"fpr_gap@{t:g}" for t in self.thresholds]
+
+    def direct(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The pairwise sigmoid AUC loss of the batch, ``−mean_{i∈+, j∈−} σ(s_i − s_j)`` (0 without both classes)."""
+        s = scores.reshape(-1)
+        y = batch["y"].reshape(-1)
+        pos, neg = s[y == 1], s[y != 1]
+        if pos.numel() == 0 or neg.numel() == 0:
+            return _zero(scores)
+        return -torch.sigmoid(pos.unsqueeze(1) - neg.unsqueeze(0)).mean()
+
+    def constraint_statistics(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        s = scores.reshape(-1)
+        y, group = batch["y"].reshape(-1), batch["group"].reshape(-1)
+        tau = torch.tensor(self.thresholds, dtype=s.dtype, device=s.device)
+        sig = torch.sigmoid(s.unsqueeze(1) - tau.unsqueeze(0))  # [B, |Γ|]
+        sums, counts = [], []
+        for positive in (True, False):  # TPR rows, then FPR rows
+            cls = (y == 1) if positive else (y != 1)
+            cells = [cls & (group == self.protected_group), cls & (group == 1 - self.protected_group)]
+            masks = torch.stack(cells, dim=1).to(s.dtype)  # [B, 2]
+            sums.append(sig.transpose(0, 1) @ masks)  # [|Γ|, 2]
+            counts.append(masks.sum(0).expand(len(self.thresholds), 2))
+        return torch.cat(sums), torch.cat(counts)
+
+    def extra_repr(self) -> str:
+        return f"thresholds={self.thresholds}, kappa={self.kappa}, penalty={self.penalty!r}"

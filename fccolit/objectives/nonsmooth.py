@@ -1,0 +1,383 @@
+"""Non-smooth outer functions with their prox and Moreau envelope, and the composite objectives built on them.
+
+Seed 004 (SONEX / ALEXR2) solves ``min_w F(w) = g_0(w) + (1/n) Σ_i f(g_i(w))`` where the outer ``f`` is convex
+(or weakly convex) but **non-smooth** and has a cheap prox. The algorithms replace ``f`` by its Moreau envelope
+(seed 004 §1.1, eq. (2))::
+
+    prox_{λf}(u) = argmin_v f(v) + ‖u − v‖²/(2λ)
+    f_λ(u)       = min_v   f(v) + ‖u − v‖²/(2λ)          (smooth: ∇f_λ is max{1/λ, ρ/(1 − λρ)}-Lipschitz)
+    ∇f_λ(u)      = (u − prox_{λf}(u)) / λ ∈ ∂f(prox_{λf}(u))
+
+:class:`OuterFunction` is that interface; every function here has all three in closed form:
+
+=========================  ================================  ==============================================
+class                      f                                 used for
+=========================  ================================  ==============================================
+:class:`Hinge`             ``ρ[x]_+``                        exact penalty (SONX [8]); CVaR with ρ = 1/r
+:class:`SmoothedHinge`     the Huber form ``f_λ`` of Hinge   smoothed-hinge penalty (SONEX / ALEXR2, eq. (9))
+:class:`SquaredHinge`      ``ρ[x]_+²``                       inexact penalty of the SOX baseline (Li et al. [7])
+:class:`GapPenalty`        ``p(|g_1 − g_2| − κ)`` on R²      ROC-fairness constraints (seed 004 §1.5(b))
+=========================  ================================  ==============================================
+
+The smoothing parameter λ belongs to the algorithm (``SONEX(lam=...)``, ``ALEXR2(lam=...)``): the objective says
+what ``f`` is, the algorithm smooths it. ``lam = 0`` means "no smoothing" (the value and a subgradient of ``f``
+itself: SONX). The Huber form is also offered as a penalty in its own right (``penalty="smoothed_hinge"``), so that
+an algorithm for smooth problems can be run on ``Φ_λ``; for a scalar constraint SONEX(λ) on the hinge and SONEX(0)
+on the smoothed hinge with the same λ are the same algorithm (a test checks it).
+
+:class:`CompositeObjective` is the FCCO objective shared by GDRO-CVaR and the constrained problems
+(:mod:`fccolit.objectives.constrained`): ``F(w) = g_0(w) + (1/n) Σ_i f(g_i(w))`` with one outer function for every
+``i`` and an optional direct term ``g_0`` (a plain mini-batch mean: the objective of a constrained problem, or the
+CVaR threshold ``s``).
+
+Reference: ``/work/shared/notes/seed-004-nonsmooth-fcco.md`` §1.1, §1.4, §1.5 and §4.1 (every closed form here is
+checked against a numerical Moreau envelope in ``tests/test_nonsmooth.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fccolit.objectives.base import FCCOObjective, InnerBatch
+
+__all__ = [
+    "OuterFunction",
+    "Hinge",
+    "SmoothedHinge",
+    "SquaredHinge",
+    "GapPenalty",
+    "make_penalty",
+    "PENALTIES",
+    "CompositeObjective",
+]
+
+#: Accepted ``penalty`` names of :func:`make_penalty`.
+PENALTIES = ("hinge", "smoothed_hinge", "squared_hinge")
+
+
+def _check_lam(lam: float) -> float:
+    lam = float(lam)
+    if not lam >= 0.0:
+        raise ValueError(f"the smoothing parameter λ (lam) must be >= 0, got {lam}")
+    return lam
+
+
+class OuterFunction:
+    """A scalar outer function of a vector, applied row-wise: ``u [B, dim] → [B]``.
+
+    Subclasses implement :meth:`value`, :meth:`grad`, :meth:`prox` and, where a closed form exists (all of them
+    here), :meth:`envelope` and :meth:`envelope_grad`; the defaults derive the envelope from the prox. Every method
+    accepts ``lam = 0``, meaning the function itself (prox = identity, envelope = value, envelope_grad = grad).
+
+    Attributes:
+        dim: d', the number of components of the inner value.
+        smooth: f has a Lipschitz gradient (then ``grad`` is the gradient; otherwise a subgradient).
+        lipschitz: C_f, the Lipschitz constant of f (None when f is not Lipschitz, e.g. the squared hinge).
+    """
+
+    dim: int = 1
+    smooth: bool = False
+    lipschitz: float | None = None
+
+    def value(self, u: torch.Tensor) -> torch.Tensor:
+        """``f(u)``: ``[B, dim] → [B]``."""
+        raise NotImplementedError
+
+    def grad(self, u: torch.Tensor) -> torch.Tensor:
+        """A (sub)gradient of ``f`` at ``u``, ``[B, dim]`` (at a kink: the one of the right-continuous branch)."""
+        raise NotImplementedError
+
+    def prox(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        """``prox_{λf}(u)``, ``[B, dim]``."""
+        raise NotImplementedError
+
+    def envelope(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        """The Moreau envelope ``f_λ(u) = f(p) + ‖u − p‖²/(2λ)``, ``p = prox_{λf}(u)``: ``[B]``."""
+        if _check_lam(lam) == 0.0:
+            return self.value(u)
+        p = self.prox(u, lam)
+        return self.value(p) + (u - p).square().sum(-1) / (2.0 * lam)
+
+    def envelope_grad(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        """``∇f_λ(u) = (u − prox_{λf}(u))/λ`` (eq. (2)), ``[B, dim]``; the optimal dual variable y of f_λ."""
+        if _check_lam(lam) == 0.0:
+            return self.grad(u)
+        return (u - self.prox(u, lam)) / lam
+
+    def multiplier(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        """The scalar weight ``∂p(h)`` the (smoothed) penalty puts on the constraint value ``h`` of each row
+        (before the 1/m of the mean over constraints): ``[B]``. For d' = 1 it is ``∇f_λ(u)``."""
+        return self.envelope_grad(u, lam)[..., 0]
+
+    def constraint(self, u: torch.Tensor) -> torch.Tensor:
+        """The constraint value ``h`` the penalty acts on (``h ≤ 0`` is feasible): ``[B]``. For d' = 1, ``u``."""
+        return u[..., 0]
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v}" for k, v in vars(self).items() if k not in ("smooth", "lipschitz") and not k.startswith("_"))
+        return f"{type(self).__name__}({args})"
+
+
+class Hinge(OuterFunction):
+    r"""``f(x) = ρ [x]_+`` (d' = 1): the exact penalty of a constraint ``x ≤ 0``, and CVaR's outer with ρ = 1/r.
+
+    Closed forms (seed 004 §1.4; convex, C_f = ρ)::
+
+        prox_{λf}(x) = x (x ≤ 0);  0 (0 ≤ x ≤ λρ);  x − λρ (x > λρ)   =  x − clip(x, 0, λρ)
+        f_λ(x)       = 0 (x ≤ 0);  x²/(2λ) (0 < x ≤ λρ);  ρx − λρ²/2 (x > λρ)      (the Huber form)
+        ∇f_λ(x)      = clip(x/λ, 0, ρ)     (= the dual maximizer of max_{y∈[0,ρ]} y x − λy²/2)
+
+    Args:
+        rho: ρ > 0, the penalty weight (β in eq. (53); 1/r for CVaR).
+    """
+
+    def __init__(self, rho: float = 1.0) -> None:
+        if not float(rho) > 0.0:
+            raise ValueError(f"the penalty weight ρ (rho) must be > 0, got {rho}")
+        self.rho = float(rho)
+        self.lipschitz = self.rho
+
+    def value(self, u: torch.Tensor) -> torch.Tensor:
+        return self.rho * u[..., 0].clamp_min(0.0)
+
+    def grad(self, u: torch.Tensor) -> torch.Tensor:
+        return self.rho * (u > 0).to(u.dtype)
+
+    def prox(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        lam = _check_lam(lam)
+        return u - u.clamp(0.0, lam * self.rho)
+
+    def envelope(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        lam = _check_lam(lam)
+        if lam == 0.0:
+            return self.value(u)
+        x = u[..., 0]
+        knee = lam * self.rho
+        quadratic = x.clamp(0.0, knee).square() / (2.0 * lam)
+        linear = self.rho * (x - knee).clamp_min(0.0)
+        return quadratic + linear  # = x²/(2λ) below the knee, ρx − λρ²/2 above it
+
+    def envelope_grad(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        lam = _check_lam(lam)
+        if lam == 0.0:
+            return self.grad(u)
+        return (u / lam).clamp(0.0, self.rho)
+
+
+class SquaredHinge(OuterFunction):
+    r"""``f(x) = ρ [x]_+²`` (d' = 1): the squared-hinge penalty of the SOX baseline (seed 004 §2.4: "the natural
+    form is (ρ/m) Σ [g_i]_+²"; the paper does not print its scaling, this is an assumption). Smooth, not Lipschitz.
+
+    Closed forms: ``∇f = 2ρ[x]_+``; ``prox_{λf}(x) = x`` (x ≤ 0), ``x/(1 + 2λρ)`` (x > 0);
+    ``f_λ(x) = ρ[x]_+²/(1 + 2λρ)``.
+    """
+
+    smooth = True
+
+    def __init__(self, rho: float = 1.0) -> None:
+        if not float(rho) > 0.0:
+            raise ValueError(f"the penalty weight ρ (rho) must be > 0, got {rho}")
+        self.rho = float(rho)
+
+    def value(self, u: torch.Tensor) -> torch.Tensor:
+        return self.rho * u[..., 0].clamp_min(0.0).square()
+
+    def grad(self, u: torch.Tensor) -> torch.Tensor:
+        return 2.0 * self.rho * u.clamp_min(0.0)
+
+    def prox(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        lam = _check_lam(lam)
+        return torch.where(u > 0, u / (1.0 + 2.0 * lam * self.rho), u)
+
+    def envelope(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        return self.value(u) / (1.0 + 2.0 * _check_lam(lam) * self.rho)
+
+    def envelope_grad(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        return self.grad(u) / (1.0 + 2.0 * _check_lam(lam) * self.rho)
+
+
+class SmoothedHinge(OuterFunction):
+    r"""The smoothed hinge ``f_λ`` (Huber form, seed 004 eq. (9)): the Moreau envelope of :class:`Hinge` ``ρ[x]_+``::
+
+        f_λ(x)  = 0 (x ≤ 0);  x²/(2λ) (0 < x ≤ λρ);  ρx − λρ²/2 (x > λρ)
+        ∇f_λ(x) = min{[x]_+/λ, ρ}          f_λ ≤ ρ[x]_+ ≤ f_λ + λρ²/2
+
+    Being an envelope, its own prox and envelope follow from the semigroup property ``(f_λ)_μ = f_{λ+μ}``::
+
+        prox_{μ f_λ}(x) = x − μ ∇f_{λ+μ}(x),       (f_λ)_μ = f_{λ+μ}
+
+    Args:
+        rho: ρ > 0, the penalty weight.
+        lam: λ > 0, the smoothing parameter (the paper takes λ = ε/ρ; the ROC-fairness grid is {2e-2, 2e-3, 2e-4}).
+    """
+
+    smooth = True
+
+    def __init__(self, rho: float = 1.0, lam: float = 0.01) -> None:
+        if not float(lam) > 0.0:
+            raise ValueError(f"the smoothed hinge needs λ (lam) > 0, got {lam}; use Hinge for λ = 0")
+        self.hinge = Hinge(rho)
+        self.rho, self.lam = self.hinge.rho, float(lam)
+        self.lipschitz = self.rho
+
+    def value(self, u: torch.Tensor) -> torch.Tensor:
+        return self.hinge.envelope(u, self.lam)
+
+    def grad(self, u: torch.Tensor) -> torch.Tensor:
+        return self.hinge.envelope_grad(u, self.lam)
+
+    def prox(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        lam = _check_lam(lam)
+        return u - lam * self.hinge.envelope_grad(u, self.lam + lam)
+
+    def envelope(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        return self.hinge.envelope(u, self.lam + _check_lam(lam))
+
+    def envelope_grad(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        return self.hinge.envelope_grad(u, self.lam + _check_lam(lam))
+
+    def __repr__(self) -> str:
+        return f"SmoothedHinge(rho={self.rho}, lam={self.lam})"
+
+
+class GapPenalty(OuterFunction):
+    r"""``f(g) = p(|g_1 − g_2| − κ)`` on ``g ∈ R²``: a penalty ``p`` of the constraint ``|g_1 − g_2| ≤ κ``.
+
+    The ROC-fairness constraints (seed 004 §1.5(b)) are ``h = |g_1 − g_2| − κ ≤ 0`` where ``g_1, g_2`` are the mean
+    sigmoid scores of the two groups; with ``p = ρ[·]_+`` this is the paper's ``f(g) = ρ[|g_1 − g_2| − κ]_+``
+    (convex, not monotone: case A2).
+
+    Closed forms [derived; tests compare them with numerical 2-D envelopes]: with ``z = g_1 − g_2`` and
+    ``q(ζ) = p(|ζ| − κ)`` (only the component of ``g`` along ``(1, −1)`` matters, and ``‖g − v‖²`` along it is
+    ``(z − ζ)²/2``)::
+
+        prox_{λf}(g) = g − ((z − ζ*)/2)·(1, −1),     ζ* = prox_{2λ q}(z) = z (|z| ≤ κ), sign(z)(κ + prox_{2λp}(|z| − κ))
+        f_λ(g)       = p_{2λ}(|z| − κ)               (the note's h_{2λ}(z) for the hinge)
+        ∇f_λ(g)      = (1, −1) · sign(z) · ∇p_{2λ}(|z| − κ)
+
+    So smoothing ``f`` in g-space with λ is smoothing the scalar penalty of ``h`` with 2λ.
+
+    Args:
+        penalty: the scalar penalty ``p`` (:class:`Hinge`, :class:`SmoothedHinge` or :class:`SquaredHinge`).
+        kappa: κ ≥ 0, the tolerance.
+    """
+
+    dim = 2
+
+    def __init__(self, penalty: OuterFunction, kappa: float = 0.005) -> None:
+        if penalty.dim != 1:
+            raise ValueError(f"GapPenalty needs a scalar penalty, got {penalty!r}")
+        if not float(kappa) >= 0.0:
+            raise ValueError(f"the tolerance κ (kappa) must be >= 0, got {kappa}")
+        self.penalty, self.kappa = penalty, float(kappa)
+        self.smooth = penalty.smooth and self.kappa > 0.0  # |z| is smooth where p' vanishes
+        self.lipschitz = None if penalty.lipschitz is None else 2.0**0.5 * penalty.lipschitz
+
+    def _split(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        z = u[..., 0] - u[..., 1]
+        direction = torch.stack([torch.ones_like(z), -torch.ones_like(z)], dim=-1)
+        return z, torch.sign(z), direction
+
+    def constraint(self, u: torch.Tensor) -> torch.Tensor:
+        return (u[..., 0] - u[..., 1]).abs() - self.kappa
+
+    def value(self, u: torch.Tensor) -> torch.Tensor:
+        return self.penalty.value(self.constraint(u).unsqueeze(-1))
+
+    def grad(self, u: torch.Tensor) -> torch.Tensor:
+        z, sign, direction = self._split(u)
+        slope = self.penalty.grad(self.constraint(u).unsqueeze(-1))[..., 0]
+        return direction * (sign * slope).unsqueeze(-1)
+
+    def prox(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        lam = _check_lam(lam)
+        z, sign, direction = self._split(u)
+        excess = (z.abs() - self.kappa).unsqueeze(-1)
+        shrunk = sign * (self.kappa + self.penalty.prox(excess, 2.0 * lam)[..., 0])
+        zeta = torch.where(excess[..., 0] > 0, shrunk, z)
+        return u - direction * ((z - zeta) / 2.0).unsqueeze(-1)
+
+    def envelope(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        return self.penalty.envelope(self.constraint(u).unsqueeze(-1), 2.0 * _check_lam(lam))
+
+    def envelope_grad(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        z, sign, direction = self._split(u)
+        return direction * (sign * self.multiplier(u, lam)).unsqueeze(-1)
+
+    def multiplier(self, u: torch.Tensor, lam: float) -> torch.Tensor:
+        return self.penalty.envelope_grad(self.constraint(u).unsqueeze(-1), 2.0 * _check_lam(lam))[..., 0]
+
+    def __repr__(self) -> str:
+        return f"GapPenalty({self.penalty!r}, kappa={self.kappa})"
+
+
+def make_penalty(name: str, rho: float, lam: float | None = None) -> OuterFunction:
+    """The scalar penalty named ``name``: ``"hinge"`` (ρ[x]_+), ``"smoothed_hinge"`` (its Huber form with λ) or
+    ``"squared_hinge"`` (ρ[x]_+²). ``lam`` is only accepted (and required) for ``"smoothed_hinge"``."""
+    if name not in PENALTIES:
+        raise ValueError(f"unknown penalty {name!r}; choose one of {', '.join(PENALTIES)}")
+    if name == "smoothed_hinge":
+        if lam is None:
+            raise ValueError("penalty='smoothed_hinge' needs its smoothing parameter: pass lam (λ > 0)")
+        return SmoothedHinge(rho, lam)
+    if lam is not None:
+        raise ValueError(
+            f"lam={lam} only applies to penalty='smoothed_hinge'; to smooth a '{name}' penalty give λ to the "
+            "algorithm instead (SONEX(lam=...), ALEXR2(lam=...))"
+        )
+    return Hinge(rho) if name == "hinge" else SquaredHinge(rho)
+
+
+class CompositeObjective(FCCOObjective):
+    r"""``F(w) = g_0(w) + (1/n) Σ_i f(g_i(w))`` with one :class:`OuterFunction` ``f`` for every outer index.
+
+    Subclasses set :attr:`outer_fn` and implement :meth:`inner` (the ``g_i``) and, if there is one, :meth:`direct`
+    (a plain mini-batch estimate of ``g_0``, differentiable; e.g. the objective of a constrained problem or the
+    CVaR threshold ``s``). The algorithms of seed 004 (:class:`~fccolit.algorithms.sonex.SONEX`,
+    :class:`~fccolit.algorithms.alexr2.ALEXR2`) then step on ``∇g_0 + mean_i ∇ĝ_i · ∇f_λ(u_i)``.
+
+    ``forward(scores, batch)`` is :meth:`inner`, so ``torch.func.functional_call`` can evaluate the inner values at
+    other parameters (the previous iterate of SONEX's MSVR correction) when the objective has parameters.
+    """
+
+    outer_fn: OuterFunction
+
+    def direct(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """Mini-batch estimate of ``g_0`` (a differentiable scalar), or None when ``F`` has no direct term."""
+        return None
+
+    def forward(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+        return self.inner(scores, batch)
+
+    def outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.outer_fn.value(u)
+
+    def outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.outer_fn.grad(u)
+
+    def smoothed_outer(self, u: torch.Tensor, lam: float, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``f_λ(u)``, ``[B]``."""
+        return self.outer_fn.envelope(u, lam)
+
+    def smoothed_outer_grad(self, u: torch.Tensor, lam: float, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``∇f_λ(u)``, ``[B, d']`` (= ``outer_grad`` when λ = 0)."""
+        return self.outer_fn.envelope_grad(u, lam)
+
+    def prox(self, u: torch.Tensor, lam: float, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``prox_{λf}(u)``, ``[B, d']``."""
+        return self.outer_fn.prox(u, lam)
+
+    def multipliers(self, u: torch.Tensor, lam: float = 0.0) -> torch.Tensor:
+        """Per-row weights ``(1/n) ∂p_λ(h_i)`` of the (smoothed) penalty: the KKT multiplier estimates
+        ``ν_i = (1/m) ∇f_λ(g_i)`` of seed 004 Prop. 5.2 for constraints, the CVaR group weights for GDRO. ``[n]``."""
+        return self.outer_fn.multiplier(u, lam) / u.shape[0]
+
+    def exact_value(self, scores: torch.Tensor, batch: dict[str, torch.Tensor], lam: float = 0.0) -> torch.Tensor:
+        """``F_λ`` (``F`` for λ = 0) when ``batch`` holds every sample: ``g_0 + mean_i f_λ(g_i)``."""
+        inner = self.inner(scores, batch)
+        value = self.smoothed_outer(inner.value, lam, inner.context).mean()
+        direct = self.direct(scores, batch)
+        return value if direct is None else value + direct
+
+    def extra_repr(self) -> str:
+        return f"outer_fn={self.outer_fn!r}"

@@ -1,0 +1,138 @@
+"""Group batches for group DRO: B1 groups per batch, B2 samples of each (seed 004 Appendix F.1).
+
+One group for all the data gives plain shuffled batches (each sample once per pass), so the same sampler serves
+the ROC-fairness DataModule.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import torch
+
+from fccolit.samplers.base import RankAwareBatchSampler
+
+__all__ = ["GroupBatchSampler"]
+
+
+class _Stream:
+    """Draws from ``pool`` walking through fresh random permutations: every element once per permutation, and no
+    element twice in one draw of at most ``pool.numel()`` (a draw that crosses into a new permutation takes that
+    permutation's elements not drawn yet first, leaving the repeated ones to its end)."""
+
+    def __init__(self, pool: torch.Tensor, generator: torch.Generator) -> None:
+        self.pool, self.generator = pool, generator
+        self.order = pool[:0]
+        self.position = 0
+
+    def take(self, count: int) -> torch.Tensor:
+        parts: list[torch.Tensor] = []
+        while count > 0:
+            if self.position >= self.order.numel():
+                order = self.pool[torch.randperm(self.pool.numel(), generator=self.generator)]
+                if parts:
+                    repeated = torch.isin(order, torch.cat(parts))
+                    order = torch.cat([order[~repeated], order[repeated]])
+                self.order, self.position = order, 0
+            part = self.order[self.position : self.position + count]
+            self.position += part.numel()
+            count -= part.numel()
+            parts.append(part)
+        return torch.cat(parts)
+
+
+class GroupBatchSampler(RankAwareBatchSampler):
+    """Batches of ``groups_per_batch`` (B1) distinct groups with ``samples_per_group`` (B2) samples each.
+
+    Groups walk through random permutations of the non-empty groups (each group once per pass), samples through
+    random permutations of their group's members (each sample once per pass); a batch never holds a group twice,
+    nor a sample twice unless its group has fewer than B2 (2·B2 when paired) members.
+
+    Layout of a global batch (the property the algorithms rely on under DDP)::
+
+        position j·B1 + g  =  sample j of the g-th group of the batch       (j < B2, g < B1)
+
+    so rank ``r`` of ``W`` (slice ``[r::W]``, B1 a multiple of W) gets **whole groups**: the groups
+    ``g ≡ r (mod W)`` with all their B2 samples, in the same order as one process sees them (with B1 = 1, the
+    shuffled-batch case, the ranks share the group's samples instead: B2 a multiple of W). With ``paired=True``
+    the global batch is two such blocks ``[B | B̃]`` over the same groups with disjoint samples (ALEXR2's value and
+    gradient batches); each rank's first half is then its share of ``B``.
+
+    Args:
+        groups: ``[N]`` group id of every training sample.
+        groups_per_batch: B1 ≤ number of non-empty groups.
+        samples_per_group: B2.
+        num_batches: batches per epoch (default: one pass over the samples, ``⌈N / global batch⌉``).
+        paired: two independent blocks per batch (see above).
+        seed, rank, world_size: see :class:`~fccolit.samplers.base.RankAwareBatchSampler`.
+    """
+
+    def __init__(
+        self,
+        groups: torch.Tensor,
+        groups_per_batch: int,
+        samples_per_group: int,
+        num_batches: int | None = None,
+        paired: bool = False,
+        *,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__(seed=seed, rank=rank, world_size=world_size)
+        groups = torch.as_tensor(groups).reshape(-1).long()
+        if groups.numel() == 0:
+            raise ValueError("GroupBatchSampler: no training samples")
+        if int(groups.min()) < 0:
+            raise ValueError(f"GroupBatchSampler: group ids must be >= 0, found {int(groups.min())}")
+        order = torch.argsort(groups, stable=True)
+        ids, counts = torch.unique_consecutive(groups[order], return_counts=True)
+        self.group_ids = ids
+        self.members = list(torch.split(order, counts.tolist()))
+        if not 1 <= int(groups_per_batch) <= ids.numel():
+            raise ValueError(
+                f"GroupBatchSampler: groups_per_batch (B1) must be between 1 and the {ids.numel()} non-empty groups, "
+                f"got {groups_per_batch}"
+            )
+        if int(samples_per_group) < 1:
+            raise ValueError(f"GroupBatchSampler: samples_per_group (B2) must be >= 1, got {samples_per_group}")
+        self.groups_per_batch, self.samples_per_group = int(groups_per_batch), int(samples_per_group)
+        self.paired = bool(paired)
+        self._num_batches = int(num_batches) if num_batches else math.ceil(groups.numel() / self.global_batch_size())
+
+    def num_batches(self) -> int:
+        return self._num_batches
+
+    def global_batch_size(self) -> int:
+        return self.groups_per_batch * self.samples_per_group * (2 if self.paired else 1)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        world = self.world_size
+        if self.groups_per_batch == 1:  # shuffled batches: the ranks share the one group's samples
+            if self.samples_per_group % world:
+                raise ValueError(
+                    f"GroupBatchSampler: a batch of {self.samples_per_group} samples (per half) cannot be split evenly "
+                    f"among {world} processes; choose a batch size that is a multiple of the devices"
+                )
+        elif self.groups_per_batch % world:
+            raise ValueError(
+                f"GroupBatchSampler: {self.groups_per_batch} groups per batch cannot be split evenly among {world} "
+                "processes (each rank gets whole groups); choose groups_per_batch as a multiple of the devices"
+            )
+        return super().__iter__()
+
+    def global_batches(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        b1, b2 = self.groups_per_batch, self.samples_per_group
+        blocks = 2 if self.paired else 1
+        group_order = _Stream(torch.arange(self.group_ids.numel()), generator)
+        streams: dict[int, _Stream] = {}
+        for _ in range(self._num_batches):
+            chosen = group_order.take(b1).tolist()  # B1 distinct groups
+            samples = []
+            for g in chosen:
+                if g not in streams:
+                    streams[g] = _Stream(self.members[g], generator)
+                samples.append(streams[g].take(blocks * b2))
+            block = torch.stack(samples)  # [B1, blocks · B2]
+            yield torch.cat([block[:, k * b2 : (k + 1) * b2].t().reshape(-1) for k in range(blocks)])

@@ -1,0 +1,133 @@
+"""Training runs of SONEX and ALEXR2 for the multi-process tests (run as a script, or ``run(...)`` in-process).
+
+    python tests/ddp_run_nonsmooth.py --algo sonex|alexr2 --devices 2 --max-steps 12 --out DIR
+        [--data DIR] [--save-every K] [--resume CKPT]
+
+* ``sonex``: GDRO-CVaR on generated grouped data (group batches: each rank gets whole groups; the per-rank path,
+  with the objective's own parameter s);
+* ``alexr2``: ROC-fairness AUC on generated Adult files in ``--data`` (the gathered global-batch path, independent
+  value / gradient halves, constraint sampling); K = 3 inner steps, so checkpoints every 4 steps fall mid-loop.
+  One epoch is 9 batches: at its end the ConstraintViolationLogger evaluates the training and validation splits
+  in evaluation batches of 7 rows, which the two ranks split 4 / 3 (unequal shards); the values it logged and the
+  module's state at that moment are saved.
+
+Every rank writes ``DIR/rank{r}.pt``: the module's state dict, the optimizers' state dicts, the global step, the
+batch indices seen per step and (alexr2) the logged constraint values with the state they were computed from.
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+from lightning.pytorch import Trainer, seed_everything
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.strategies import DDPStrategy
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from fccolit.algorithms.alexr2 import ALEXR2  # noqa: E402
+from fccolit.algorithms.sonex import SONEX  # noqa: E402
+from fccolit.callbacks.constraints import ConstraintViolationLogger  # noqa: E402
+from fccolit.datamodules.fairness import FairnessDataModule  # noqa: E402
+from fccolit.datamodules.grouped import SyntheticGroupedDataModule  # noqa: E402
+from fccolit.models import MLP  # noqa: E402
+from fccolit.objectives.constrained import GroupDROCVaR, ROCFairnessAUC  # noqa: E402
+from fccolit.optim import AdaptiveMomentum, Momentum  # noqa: E402
+
+
+class BatchTrace(Callback):
+    def __init__(self):
+        self.trace = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.trace[trainer.global_step] = (trainer.current_epoch, batch_idx, batch["index"].tolist())
+
+
+def build(args):
+    seed_everything(0, workers=True)
+    if args.algo == "sonex":
+        data = SyntheticGroupedDataModule(
+            num_groups=8, max_group_size=60, imbalance=3.0, num_features=5, groups_per_batch=4, samples_per_group=6,
+            seed=0, eval_batch_size=64,
+        )
+        model = SONEX(
+            MLP(hidden=[8]), GroupDROCVaR(ratio=0.25), lam=0.05, ema_weight=0.6, correction_weight=0.2,
+            optimizer=lambda p: Momentum(p, lr=0.3, momentum_weight=0.3), data_sizes=data.sizes,
+            state_dtype="float64", metrics=["auroc"],
+        )
+    else:
+        data = FairnessDataModule(args.data, "adult", batch_size=32, eval_batch_size=7, seed=0,
+                                  cache_dir=os.path.join(args.data, "cache"))
+        model = ALEXR2(
+            MLP(hidden=[8]), ROCFairnessAUC(rho=5.0, kappa=0.001), lam=0.01, nu=0.2, inner_lr=0.2, inner_steps=3,
+            constraints_per_step=10, sample_seed=3,
+            optimizer=lambda p: AdaptiveMomentum(p, lr=0.01, bias_correction=True), data_sizes=data.sizes,
+            state_dtype="float64", metrics=["auroc"],
+        )
+    # float64 from construction: checkpoints are restored before the precision plugin converts the module
+    return model.double(), data
+
+
+class StateAtValidation(Callback):
+    """The module's state when the first validation ends (what the constraint logger evaluated)."""
+
+    def __init__(self):
+        self.state = None
+
+    def on_validation_end(self, trainer, pl_module):
+        if self.state is None:
+            self.state = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+
+
+def run(algo, devices, max_steps, out, data=None, save_every=0, resume=None):
+    args = argparse.Namespace(algo=algo, devices=devices, max_steps=max_steps, out=out, data=data,
+                              save_every=save_every, resume=resume)
+    model, data = build(args)
+    trace = BatchTrace()
+    callbacks = [trace]
+    logger_cb = at_validation = None
+    if args.algo == "alexr2":
+        logger_cb, at_validation = ConstraintViolationLogger(stages=("train", "val")), StateAtValidation()
+        callbacks += [logger_cb, at_validation]
+    if args.save_every:
+        callbacks.append(
+            ModelCheckpoint(dirpath=args.out, filename="{step}", every_n_train_steps=args.save_every, save_top_k=-1)
+        )
+    strategy = DDPStrategy(process_group_backend="gloo", broadcast_buffers=False) if args.devices > 1 else "auto"
+    trainer = Trainer(
+        accelerator="cpu", devices=args.devices, strategy=strategy, precision="64-true",
+        max_steps=args.max_steps, use_distributed_sampler=False, logger=False,
+        enable_checkpointing=bool(args.save_every), enable_progress_bar=False, enable_model_summary=False,
+        callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=None if args.algo == "alexr2" else 0,
+    )
+    trainer.fit(model, datamodule=data, ckpt_path=args.resume)
+    torch.save(
+        {
+            "module": model.state_dict(),
+            "optimizers": [opt.state_dict() for opt in trainer.optimizers],
+            "step": trainer.global_step,
+            "trace": trace.trace,
+            "logged": logger_cb.last if logger_cb is not None else None,
+            "state_at_validation": at_validation.state if at_validation is not None else None,
+        },
+        os.path.join(args.out, f"rank{trainer.global_rank}.pt"),
+    )
+    return model, data
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--algo", choices=["sonex", "alexr2"], required=True)
+    ap.add_argument("--devices", type=int, default=1)
+    ap.add_argument("--max-steps", type=int, default=12)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--save-every", type=int, default=0)
+    ap.add_argument("--resume", default=None)
+    a = ap.parse_args()
+    run(a.algo, a.devices, a.max_steps, a.out, a.data, a.save_every, a.resume)
+
+
+if __name__ == "__main__":
+    main()
