@@ -6,7 +6,9 @@ from fccolit.objectives.constrained import ConstrainedObjective, GroupDROCVaR, R
 from fccolit.objectives.listwise import ListwiseCE
 from fccolit.objectives.nca import NCA
 from fccolit.objectives.nonsmooth import CompositeObjective, GapPenalty, Hinge, SmoothedHinge, SquaredHinge, make_penalty
+from fccolit.objectives.pauc import PartialAUCRange, RankedRangeObjective, SumOfRankedRange
 from fccolit.objectives.pnorm_push import PNormPush
 
 __all__ = ["FCCOObjective", "InnerBatch", "AveragePrecision", "ListwiseCE", "NCA", "PNormPush", "CompositeObjective", "Hinge", "SmoothedHinge",
-           "SquaredHinge", "GapPenalty", "make_penalty", "GroupDROCVaR", "ConstrainedObjective", "ROCFairnessAUC"]
+           "SquaredHinge", "GapPenalty", "make_penalty", "GroupDROCVaR", "ConstrainedObjective", "ROCFairnessAUC",
+           "PartialAUCRange", "RankedRangeObjective", "SumOfRankedRange"]
