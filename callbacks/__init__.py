@@ -4,6 +4,8 @@ from fccolit.callbacks.constraints import ConstraintViolationLogger
 from fccolit.callbacks.schedules import HyperParameterSchedule, InverseSqrtSchedule
 from fccolit.callbacks.sox_boost import SOXBoost
 from fccolit.callbacks.state_histograms import StateHistograms
+from fccolit.callbacks.stop_gradient import StopGradientSwitch
 from fccolit.callbacks.summary import MetricsSummary
+from fccolit.callbacks.warmup import WarmUp
 
-__all__ = ["MetricsSummary", "StateHistograms", "HyperParameterSchedule", "InverseSqrtSchedule", "SOXBoost", "ConstraintViolationLogger"]
+__all__ = ["MetricsSummary", "StateHistograms", "HyperParameterSchedule", "InverseSqrtSchedule", "SOXBoost", "ConstraintViolationLogger", "WarmUp", "StopGradientSwitch"]

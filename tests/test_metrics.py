@@ -544,3 +544,20 @@ def test_cuda_matches_cpu():
     a = full_ranking_ndcg(scores, heldout, rel, exclude, k=10)
     b = full_ranking_ndcg(scores.cuda(), heldout.cuda(), rel.cuda(), exclude.cuda(), k=10).cpu()
     assert torch.allclose(a, b, atol=1e-12)
+
+
+def test_metric_states_survive_inference_mode_then_training_mode():
+    """trainer.validate runs under inference mode; a later fit updates the same metric objects."""
+    from fccolit.metrics import FullRankingNDCG, NDCG
+
+    ndcg, full = NDCG(k=2), FullRankingNDCG(ks=(2,))
+    preds, target = torch.tensor([[0.3, 0.1, 0.2]]), torch.tensor([[1.0, 0.0, 2.0]])
+    items, rel = torch.tensor([[2]]), torch.tensor([[1.0]])
+    with torch.inference_mode():  # what trainer.validate does: update, compute, reset under inference mode
+        ndcg.update(preds, target)
+        full.update(preds, items, rel)
+        ndcg.compute(), full.compute()
+        ndcg.reset(), full.reset()
+    ndcg.update(preds, target)  # raised "Inplace update to inference tensor outside InferenceMode"
+    full.update(preds, items, rel)
+    assert 0 < float(ndcg.compute()) <= 1 and 0 < float(full.compute()[2]) <= 1

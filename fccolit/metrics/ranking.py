@@ -264,8 +264,9 @@ class NDCG(torchmetrics.Metric):
     def update(self, preds: Tensor, target: Tensor, mask: Tensor | None = None) -> None:  # type: ignore[override]
         values = ndcg_at_k(preds, target, k=self.k, mask=mask, gain=self.gain, empty=self.empty, ties=self.ties)
         keep = ~torch.isnan(values)
-        self.total += torch.where(keep, values, torch.zeros_like(values)).sum().to(self.total.dtype)
-        self.count += keep.sum().to(self.count.dtype)
+        # out of place: states created under inference mode (trainer.validate) must not be updated in place later
+        self.total = self.total + torch.where(keep, values, torch.zeros_like(values)).sum().to(self.total.dtype)
+        self.count = self.count + keep.sum().to(self.count.dtype)
 
     def compute(self) -> Tensor:
         if self.count == 0:
@@ -465,8 +466,9 @@ class FullRankingNDCG(torchmetrics.Metric):
         )
         values = _apply_empty(values, ideals, self.empty)  # [K, U]
         keep = ~torch.isnan(values[0])
-        self.total += torch.where(keep, values, torch.zeros_like(values)).sum(dim=1).to(self.total.dtype)
-        self.count += keep.sum().to(self.count.dtype)
+        # out of place: states created under inference mode (trainer.validate) must not be updated in place later
+        self.total = self.total + torch.where(keep, values, torch.zeros_like(values)).sum(dim=1).to(self.total.dtype)
+        self.count = self.count + keep.sum().to(self.count.dtype)
 
     def compute(self) -> dict[int, Tensor]:
         if self.count == 0:

@@ -5,10 +5,12 @@ from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.constrained import ConstrainedObjective, GroupDROCVaR, ROCFairnessAUC
 from fccolit.objectives.listwise import ListwiseCE
 from fccolit.objectives.nca import NCA
+from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
 from fccolit.objectives.nonsmooth import CompositeObjective, GapPenalty, Hinge, SmoothedHinge, SquaredHinge, make_penalty
 from fccolit.objectives.pauc import PartialAUCRange, RankedRangeObjective, SumOfRankedRange
 from fccolit.objectives.pnorm_push import PNormPush
 
 __all__ = ["FCCOObjective", "InnerBatch", "AveragePrecision", "ListwiseCE", "NCA", "PNormPush", "CompositeObjective", "Hinge", "SmoothedHinge",
            "SquaredHinge", "GapPenalty", "make_penalty", "GroupDROCVaR", "ConstrainedObjective", "ROCFairnessAUC",
-           "PartialAUCRange", "RankedRangeObjective", "SumOfRankedRange"]
+           "PartialAUCRange", "RankedRangeObjective", "SumOfRankedRange",
+           "NDCGSurrogate", "TopKNDCGSurrogate", "SOLCListwiseCE"]

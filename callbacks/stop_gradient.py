@@ -1,0 +1,61 @@
+"""Switch K-SONG between its theoretical and practical estimators during training (seed 000 §3.2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+__all__ = ["StopGradientSwitch"]
+
+ESTIMATORS = ("practical", "theoretical")
+
+
+class StopGradientSwitch(Callback):
+    """Set ``module.estimator`` to ``to`` from a chosen epoch or step on; before it, the module's configured value.
+
+    The practical estimator stops the gradient through the top-K selector ψ (and drops s_q); the theoretical one
+    differentiates through ψ and the threshold λ̂ (App. C argues the two agree after a good warm-up; Fig. 4 finds
+    them similar). The rule is re-evaluated before every training batch from ``(current_epoch, global_step)``
+    alone, so a resumed run is in the right mode without any saved state.
+
+    Args:
+        to: the estimator from the switch on: ``"practical"`` (default) or ``"theoretical"``.
+        epoch: switch at the start of this epoch (0-based).
+        step: switch before this optimizer step (``global_step``). Give ``epoch`` or ``step`` (if both, the
+            first reached).
+        attribute: the module attribute holding the estimator name (:class:`~fccolit.algorithms.song.KSONG`'s
+            ``estimator``).
+
+    Logs ``train/theoretical_estimator`` (1 or 0) every step.
+    """
+
+    def __init__(self, to: str = "practical", epoch: int | None = None, step: int | None = None, attribute: str = "estimator") -> None:
+        if to not in ESTIMATORS:
+            raise ValueError(f"StopGradientSwitch: to must be one of {ESTIMATORS}, got {to!r}")
+        if epoch is None and step is None:
+            raise ValueError("StopGradientSwitch: give the epoch or the step of the switch")
+        for name, value in (("epoch", epoch), ("step", step)):
+            if value is not None and (int(value) != value or value < 0):
+                raise ValueError(f"StopGradientSwitch: {name} must be a non-negative integer, got {value!r}")
+        self.to, self.epoch, self.step, self.attribute = to, epoch, step, attribute
+        self._initial: Any = None
+
+    def switched(self, trainer: Trainer) -> bool:
+        """Whether the switch applies at the trainer's current position."""
+        by_epoch = self.epoch is not None and trainer.current_epoch >= self.epoch
+        by_step = self.step is not None and trainer.global_step >= self.step
+        return by_epoch or by_step
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not hasattr(pl_module, self.attribute):
+            raise AttributeError(
+                f"StopGradientSwitch: {type(pl_module).__name__} has no attribute {self.attribute!r} (use it with KSONG)"
+            )
+        if self._initial is None:
+            self._initial = getattr(pl_module, self.attribute)
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        value = self.to if self.switched(trainer) else self._initial
+        setattr(pl_module, self.attribute, value)
+        pl_module.log("train/theoretical_estimator", float(value == "theoretical"), on_step=True, on_epoch=False)

@@ -1,0 +1,381 @@
+"""SONG, K-SONG and SOLC (seed 000): stochastic optimization of NDCG, top-K NDCG and listwise cross-entropy.
+
+All three are SOX (one moving average per relevant (query, item) pair, selective update, gradient
+``mean_i ∇f_i(u_i) ∇ĝ_i``) on a ranking objective, with the ranking batch schema as input:
+
+* :class:`SONG` (Algorithm 1): SOX on :class:`~fccolit.objectives.ndcg.NDCGSurrogate`;
+* :class:`KSONG` (Algorithm 2 / 5): adds the per-query threshold λ_q (one SGD step on the smoothed lower level
+  per visit) and the selector ψ; the *theoretical* estimator (eq. (11), sign corrected) keeps the per-query
+  moving average s_q of ``∂²_λ L_q`` for the implicit gradient; the *practical* one (eq. (8)) stops the gradient
+  through ψ and needs no s_q. The attribute :attr:`KSONG.estimator` switches between them
+  (:class:`fccolit.callbacks.stop_gradient.StopGradientSwitch` flips it during training);
+* :class:`SOLC` (Algorithm 3): SOX on :class:`~fccolit.objectives.ndcg.SOLCListwiseCE` with the freshly updated
+  u and a log-domain state; the warm-up of the other two (:class:`fccolit.callbacks.warmup.WarmUp`).
+
+Evaluation: learning-to-rank batches (``features``, ``relevance``, ``mask``) are scored list by list and feed
+``{stage}/ndcg@k`` (FCCOModule's metrics); recommendation batches with ``heldout_items`` are scored against every
+item (``model.score_all``) and feed :class:`~fccolit.metrics.FullRankingNDCG`, logged under the same names.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from fccolit import distributed
+from fccolit.algorithms.sox import SOX
+from fccolit.metrics import FullRankingNDCG
+from fccolit.objectives.base import FCCOObjective, InnerBatch
+from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
+from fccolit.state import StateUpdate
+
+#: Default metrics (seed 000 §1.2): NDCG@{1,3,5} for learning to rank, @{10,20,50} for recommendation.
+LTR_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5")
+RECOMMENDATION_METRICS = ("ndcg@10", "ndcg@20", "ndcg@50")
+ESTIMATORS = ("practical", "theoretical")
+
+
+def score_lists(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Scores ``[B, L]`` of a ranking batch: ``model(features [B, L, F], mask)`` for learning to rank,
+    ``model(query [B], items [B, L])`` for recommendation."""
+    if "features" in batch:
+        return model(batch["features"], batch.get("mask"))
+    if "items" in batch:
+        return model(batch["query"], batch["items"])
+    raise KeyError(
+        f"a ranking batch needs 'features' [B, L, F] (learning to rank) or 'query' [B] and 'items' [B, L] "
+        f"(recommendation); this batch has {sorted(batch)}"
+    )
+
+
+def _ndcg_cutoff(name: str, num_items: int) -> int:
+    key = name.strip().lower().rsplit("/", 1)[-1]
+    if key == "ndcg":
+        return num_items
+    if key.startswith("ndcg@") and key[5:].isdigit():
+        return int(key[5:])
+    raise ValueError(f"recommendation data is evaluated by full-ranking NDCG: metric names must be 'ndcg@K' or "
+                     f"'ndcg', got {name!r}")
+
+
+class RankingSOX(SOX):
+    """SOX on a per-pair ranking objective, with the ranking batch schema as input and NDCG evaluation.
+
+    Everything SONG, K-SONG and SOLC share besides their objective and state rule: scoring a batch
+    (:func:`score_lists`), the default metrics (NDCG@{1,3,5} for learning to rank, NDCG@{10,20,50} for
+    recommendation, told apart by ``num_users`` in ``data_sizes``), full-ranking evaluation for recommendation,
+    and the papers' optimizer (Adam with default betas, lr 1e-3; seed 000 §3.3).
+
+    Args:
+        model: a list scorer (:class:`~fccolit.models.ltr.ListMLP`, :class:`~fccolit.models.ltr.ContextAwareRanker`)
+            or NeuMF-like ``model(query, items)`` with ``score_all(query)`` for full-ranking evaluation.
+        objective: a ranking objective (one state row per ``num_pairs``).
+        ema_weight: γ0, weight of the new inner estimate.
+        u_for_gradient: ``"previous"`` (u^t, Algorithms 1, 2, 4, 5) or ``"fresh"`` (u^{t+1}, Algorithm 3, the
+            authors' code, LibAUC). The first visit of a pair sets u to the estimate (seed 000 §2.4 item 1 (b)),
+            so neither divides by zero.
+        metrics: logged names (default above).
+        (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: FCCOObjective,
+        ema_weight: float = 0.1,
+        u_for_gradient: str = "previous",
+        metrics: Sequence[str] | None = None,
+        **kwargs,
+    ) -> None:
+        sizes = kwargs.get("data_sizes") or {}
+        recommendation = "num_users" in sizes
+        if metrics is None:
+            metrics = RECOMMENDATION_METRICS if recommendation else LTR_METRICS
+        super().__init__(model, objective, ema_weight=ema_weight, u_for_gradient=u_for_gradient, metrics=metrics, **kwargs)
+        self.full_ranking: nn.ModuleDict | None = None
+        self._full_ranking_seen: set[str] = set()
+        if recommendation and self.metric_names:
+            self._cutoffs = [_ndcg_cutoff(n, int(sizes["num_items"])) for n in self.metric_names]
+            ks = tuple(sorted(set(self._cutoffs)))
+            self.full_ranking = nn.ModuleDict({stage: FullRankingNDCG(ks) for stage in ("val", "test")})
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return score_lists(self.model, batch)
+
+    def default_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        """Adam, lr 1e-3, default betas (the experiments of seed 000, §3.3 and Table 4's protocol)."""
+        return torch.optim.Adam(params, lr=1e-3)
+
+    # ------------------------------------------------------------------ evaluation
+    def _normal_metric_states(self) -> None:
+        """Metric states reset inside ``trainer.validate`` / ``test`` (inference mode) are inference tensors, which
+        the in-place updates of :mod:`fccolit.metrics` cannot change in a later ``fit`` (no-grad mode): swap them
+        for normal copies. (Not needed once those metrics update their states out of place.)"""
+        if torch.is_inference_mode_enabled():
+            return
+        metrics = [m for stage in self.metrics.values() for m in stage.values()]
+        metrics += list(self.full_ranking.values()) if self.full_ranking is not None else []
+        for metric in metrics:
+            for name in metric._defaults:
+                value = getattr(metric, name)
+                if isinstance(value, torch.Tensor) and value.is_inference():
+                    setattr(metric, name, value.clone())
+
+    def on_validation_epoch_start(self) -> None:
+        self._normal_metric_states()
+
+    def on_test_epoch_start(self) -> None:
+        self._normal_metric_states()
+
+    def _eval_step(self, stage: str, batch: dict[str, torch.Tensor]) -> None:
+        if "heldout_items" not in batch:
+            return super()._eval_step(stage, batch)
+        if self.full_ranking is None:
+            raise ValueError(
+                "a full-ranking evaluation batch (heldout_items) needs a module built with recommendation data_sizes "
+                "(num_users, num_items)"
+            )
+        if not hasattr(self.model, "score_all"):
+            raise TypeError(f"{type(self.model).__name__} has no score_all(query): it cannot rank every item")
+        scores = self.model.score_all(batch["query"])
+        self.full_ranking[stage].update(
+            scores, batch["heldout_items"], batch["heldout_relevance"], batch.get("exclude_items")
+        )
+        self._full_ranking_seen.add(stage)
+
+    def _eval_epoch_end(self, stage: str) -> None:
+        seen = stage in self._full_ranking_seen
+        if self.full_ranking is not None and distributed.is_distributed():  # every rank takes the same path
+            flag = torch.tensor([float(seen)], device=self.device)
+            torch.distributed.all_reduce(flag)
+            seen = bool(flag.item() > 0)
+        if not seen:
+            return super()._eval_epoch_end(stage)
+        self._full_ranking_seen.discard(stage)
+        metric = self.full_ranking[stage]
+        if not (self.trainer is not None and self.trainer.sanity_checking):
+            values = metric.compute()  # synchronized across ranks by torchmetrics
+            for name, k in zip(self.metric_names, self._cutoffs):
+                self.log(f"{stage}/{name}", values[k].float(), prog_bar=stage == "val", sync_dist=True)
+        metric.reset()
+
+
+class SONG(RankingSOX):
+    r"""SONG (seed 000, Algorithm 1): stochastic optimization of the NDCG surrogate.
+
+    For every relevant pair (q, i) of the batch (others unchanged)::
+
+        ĝ_{q,i} = mean_{x'∈B_q} ℓ(h_q(x') − h_q(x_i))            (the objective's inner estimate)
+        u_{q,i} ← (1 − γ0) u_{q,i} + γ0 ĝ_{q,i}                   (first visit: u_{q,i} ← ĝ_{q,i})
+        G = mean_{(q,i)} ∇f_{q,i}(u_{q,i}^{t}) ∇ĝ_{q,i}           (old u, as Algorithm 1; "fresh" optional)
+
+    then Adam (the experiments) or heavy-ball momentum (Algorithm 1 as printed: pass
+    ``fccolit.optim.Momentum(lr=η, momentum_weight=1 − β1)``). The state is one float per relevant training pair,
+    rows ``num_pairs``, indexed by the batch field ``pair_index``.
+
+    Args:
+        model: see :class:`RankingSOX`.
+        objective: default :class:`~fccolit.objectives.ndcg.NDCGSurrogate` (squared hinge, margin 1).
+        ema_weight: γ0 (Table 4: 0.1 on MovieLens-20M, 0.3 on Netflix, MSLR-WEB30K and Yahoo; 0.1 is best "in
+            most cases", App. D.3, and is the default).
+        u_for_gradient: ``"previous"`` (Algorithm 1, default) or ``"fresh"``.
+        (the rest): see :class:`RankingSOX`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: FCCOObjective | None = None,
+        ema_weight: float = 0.1,
+        u_for_gradient: str = "previous",
+        **kwargs,
+    ) -> None:
+        super().__init__(model, objective if objective is not None else NDCGSurrogate(), ema_weight, u_for_gradient, **kwargs)
+
+
+class KSONG(SONG):
+    r"""K-SONG (seed 000, Algorithm 2; Algorithm 5 of App. E): stochastic optimization of top-K NDCG.
+
+    Per step, with the old values u^t, λ^t, s^t in the gradient (Algorithm 5)::
+
+        λ_q ← λ_q − η0 ∂_λ L_q(λ_q; w; B_q)                               every query of the batch
+        s_q ← (1 − γ0') s_q + γ0' ∂²_λ L_q(λ_q; w; B_q)                   theoretical estimator only
+        u_{q,i} ← (1 − γ0) u_{q,i} + γ0 ĝ_{q,i}                           every relevant pair of the batch
+        practical   (eq. (8)):  G = mean ψ(h_i − λ_q) ∇f(u) ∇ĝ            ψ at the detached score
+        theoretical (eq. (11)): G = mean [ ψ(h_i − λ_q) ∇f(u) ∇ĝ + ψ'(h_i − λ_q) f(u) (∇h_i − ∇λ̂_q) ],
+                                ∇λ̂_q = Σ_j c_j σ'(z_j)/τ1 ∇h_j / s_q
+
+    Eq. (7) of the main text adds ∇λ̂ instead of subtracting it; that sign is wrong (seed 000 §2.2 and §6.0 item
+    4) and the App. E sign is used. λ_q and s_q are per-query states (rows ``num_queries``, indexed by ``query``),
+    synchronized under DDP like u. First visits: λ starts at ``lambda_init`` (0 in Algorithm 2), s at its first
+    estimate (Algorithm 2 gives no s^0, and s = 0 would divide by zero; seed 000 §2.4 item 2).
+
+    Args:
+        model: see :class:`RankingSOX`.
+        objective: default :class:`~fccolit.objectives.ndcg.TopKNDCGSurrogate` (K = 10); the DataModule's
+            ``top_k`` (which computes ``ideal_dcg_at_k``) must be the objective's K.
+        ema_weight: γ0 (Table 4, see :class:`SONG`).
+        estimator: ``"practical"`` (stop-gradient through ψ: the version in all of the paper's tables, default) or
+            ``"theoretical"``. A plain attribute: switch it at any time.
+        lambda_lr: η0, the λ step size (not given in the paper; 0.01 as the authors' code and LibAUC). The step
+            is stable for η0 < 2/(τ2 + 1/(4τ1)).
+        hessian_ema_weight: γ0', weight of the new ∂²_λ L estimate in s_q (not given; 0.9 as the authors' code and
+            LibAUC).
+        lambda_init: the first-visit λ: a number (0.0, Algorithm 2) or ``"solve"`` (the exact minimizer of the
+            first batch's lower level, not in the paper: λ then starts at the batch's top-K threshold instead of
+            walking there by η0-steps, one per epoch per query).
+        (the rest): see :class:`SONG`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: FCCOObjective | None = None,
+        ema_weight: float = 0.1,
+        estimator: str = "practical",
+        lambda_lr: float = 0.01,
+        hessian_ema_weight: float = 0.9,
+        lambda_init: float | str = 0.0,
+        u_for_gradient: str = "previous",
+        **kwargs,
+    ) -> None:
+        objective = objective if objective is not None else TopKNDCGSurrogate()
+        if not isinstance(objective, TopKNDCGSurrogate):
+            raise TypeError(f"KSONG needs a TopKNDCGSurrogate objective (threshold λ and selector ψ), got {type(objective).__name__}")
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        if not lambda_lr > 0:
+            raise ValueError(f"lambda_lr (η0) must be > 0, got {lambda_lr}")
+        if not 0.0 < hessian_ema_weight <= 1.0:
+            raise ValueError(f"hessian_ema_weight (γ0') must be in (0, 1], got {hessian_ema_weight}")
+        if isinstance(lambda_init, str) and lambda_init != "solve":
+            raise ValueError(f"lambda_init must be a number or 'solve', got {lambda_init!r}")
+        sizes = kwargs.get("data_sizes") or {}
+        if "top_k" in sizes and int(sizes["top_k"]) != objective.top_k:
+            raise ValueError(
+                f"the DataModule computes ideal_dcg_at_k for top_k={sizes['top_k']} but the objective's K is "
+                f"{objective.top_k}: set both to the same K"
+            )
+        self.estimator = estimator
+        self.lambda_lr, self.hessian_ema_weight, self.lambda_init = float(lambda_lr), float(hessian_ema_weight), lambda_init
+        super().__init__(model, objective, ema_weight, u_for_gradient, **kwargs)
+
+    def configure_state(self) -> None:
+        super().configure_state()
+        self.threshold = self.make_state(1, name="lambda", rows_key="num_queries")
+        self.curvature = self.make_state(1, name="s", rows_key="num_queries")
+
+    def _threshold_before(self, query: torch.Tensor, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """λ^t of the batch's queries ``[B]``, with the first-visit value where a query was never visited."""
+        lam = self.threshold.value.index_select(0, query)[:, 0].to(scores.dtype)
+        unvisited = torch.isnan(lam)
+        if self.lambda_init == "solve":
+            if bool(unvisited.any()):
+                lam = torch.where(unvisited, self.objective.solve_threshold(scores, batch).to(scores.dtype), lam)
+            return lam
+        return torch.where(unvisited, torch.full_like(lam, float(self.lambda_init)), lam)
+
+    def compositional_loss(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        scores, batch, synced = self.objective_inputs(scores, batch)
+        objective: TopKNDCGSurrogate = self.objective
+        query = batch["query"]
+        lam = self._threshold_before(query, scores.detach(), batch)
+        lower = objective.lower_level(scores, batch, lam)
+        self.threshold.update(query, (lam - self.lambda_lr * lower.grad).unsqueeze(1), ema_weight=1.0, synced=synced)
+        theoretical = self.estimator == "theoretical"
+        if theoretical:
+            s = self.curvature.update(query, lower.hess.unsqueeze(1), ema_weight=self.hessian_ema_weight, synced=synced)
+            s_before = s.previous[:, 0].to(scores.dtype)
+
+        inner = objective.inner(scores, batch)
+        if inner.index.numel() == 0:
+            return scores.sum() * 0.0, None
+        u, record = self.update_state(inner, synced)
+        ctx = inner.context
+        row, h_i = ctx["row"], ctx["anchor_score"]
+        margin = h_i.detach() - lam.index_select(0, row)
+        psi = objective.selector(margin)
+        weight = (psi * objective.outer_grad(u, ctx)[:, 0]).detach()
+        loss = weight * inner.value[:, 0]
+        if theoretical:
+            f_u = objective.outer(u, ctx).detach()
+            implicit = objective.threshold_score(scores, lower.weights) / s_before  # ∇(this) = ∇λ̂_q
+            loss = loss + (objective.selector_grad(margin) * f_u).detach() * (h_i - implicit.index_select(0, row))
+        with torch.no_grad():
+            estimate = psi * objective.outer(record.current, ctx)
+        return loss.mean(), estimate
+
+
+class SOLC(RankingSOX):
+    r"""SOLC (seed 000, Algorithm 3): stochastic optimization of listwise cross-entropy, the warm-up objective.
+
+    For every relevant pair (q, i) of the batch::
+
+        ĝ_{q,i} = mean_{x_j∈B_q} exp(h_j − h_i)
+        u_{q,i} ← (1 − γ0) u_{q,i} + γ0 ĝ_{q,i}              (first visit: u ← ĝ)
+        G = mean_{(q,i)} ∇f(u_{q,i}^{t+1}) ∇ĝ_{q,i},  ∇f(u) = weight/u    (the fresh u, as Algorithm 3)
+
+    Algorithm 3 as printed drops the factor exp(h_j − h_i) from G (seed 000 §7 item 7); G here is the chain rule's
+    (it has the factor). The state holds **ln u** (rows ``num_pairs``), updated as
+    ``ln u ← logaddexp(ln(1 − γ0) + ln u, ln γ0 + ln ĝ)`` with ``ln ĝ`` a log-sum-exp, so large score gaps never
+    overflow (a per-batch shift of the exponent would put u on a different scale every step: LibAUC's bug, seed
+    000 §2.3). The step's loss is ``mean weight · exp(ln ĝ(w) − ln u)``, whose gradient is ``G``.
+
+    ``ema_weight=1`` is plain mini-batch listwise cross-entropy (ListNet on the sampled lists).
+
+    Args:
+        model: see :class:`RankingSOX`.
+        objective: default :class:`~fccolit.objectives.ndcg.SOLCListwiseCE` (needs ``log_inner``).
+        ema_weight: γ0 (0.1: the authors' warm-up γ0 and the best of Fig. 11's left panels).
+        u_for_gradient: ``"fresh"`` (Algorithm 3, default) or ``"previous"``.
+        (the rest): see :class:`RankingSOX`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: FCCOObjective | None = None,
+        ema_weight: float = 0.1,
+        u_for_gradient: str = "fresh",
+        **kwargs,
+    ) -> None:
+        objective = objective if objective is not None else SOLCListwiseCE()
+        if not hasattr(objective, "log_inner"):
+            raise TypeError(f"SOLC keeps ln u and needs an objective with log_inner / outer_log (SOLCListwiseCE), got "
+                            f"{type(objective).__name__}; run SOX for the linear-state version")
+        super().__init__(model, objective, ema_weight, u_for_gradient, **kwargs)
+
+    def configure_state(self) -> None:
+        self.state = self.make_state(1, name="log_u")
+
+    def update_state(self, inner: InnerBatch, synced: bool) -> tuple[torch.Tensor, StateUpdate]:
+        """``inner.value`` is ``ln ĝ``; returns (``ln u`` for the gradient, the update record in ``ln u``)."""
+        log_g = inner.value.detach()
+        old = self.state.value.index_select(0, inner.index).to(log_g.dtype)
+        gamma = self.ema_weight
+        if gamma >= 1.0:
+            new = log_g
+        else:
+            mixed = torch.logaddexp(old + math.log1p(-gamma), log_g + math.log(gamma))
+            new = torch.where(torch.isnan(old), log_g, mixed)
+        record = self.state.update(inner.index, new, ema_weight=1.0, synced=synced)
+        return (record.current if self.u_for_gradient == "fresh" else record.previous), record
+
+    def compositional_loss(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        scores, batch, synced = self.objective_inputs(scores, batch)
+        inner = self.objective.log_inner(scores, batch)
+        if inner.index.numel() == 0:
+            return scores.sum() * 0.0, None
+        log_u, record = self.update_state(inner, synced)
+        ratio = torch.exp(inner.value[:, 0] - log_u[:, 0].detach().to(inner.value.dtype))  # ĝ(w)/u, value 1 at u = ĝ
+        loss = (inner.context["weight"] * ratio).mean()
+        with torch.no_grad():
+            estimate = self.objective.outer_log(record.current.to(inner.value.dtype), inner.context)
+        return loss, estimate

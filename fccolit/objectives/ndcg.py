@@ -1,0 +1,516 @@
+"""NDCG surrogates as FCCO problems (seed 000: SONG, K-SONG) and SOLC's listwise cross-entropy.
+
+Every objective here reads the ranking batch schema (see :mod:`fccolit.samplers.ranking` and
+``fccolit.datamodules.synthetic_ranking``): scores ``[B, L]`` (B query rows, each a list of L entries), and the
+batch fields ``query`` ``[B]``, ``relevance`` ``[B, L]``, ``pair_index`` ``[B, L]`` (row of the per-pair state of
+each relevant entry, −1 elsewhere), ``mask`` ``[B, L]`` (real entries), ``num_items`` ``[B]`` (N_q),
+``num_relevant`` ``[B]`` (N_q^+), ``ideal_dcg`` ``[B]`` (Z_q) and, for top-K, ``ideal_dcg_at_k`` ``[B]`` (Z_q^K).
+One FCCO term per relevant (query, item) pair: the anchors of a batch are its entries with ``pair_index ≥ 0``.
+
+Two choices every objective here shares, in one place (:class:`RankingObjective`):
+
+* **which average the inner estimate is** (``inner_estimator``): ``"list_mean"`` (Algorithm 1 of seed 000: the
+  mean over the query's list B_q; exact when the list is the whole S_q, unbiased when it is a uniform sample of
+  S_q) or ``"stratified"`` (unbiased when the list holds P_q of the query's relevant items and M_q of its other
+  items, each a uniform sample, as the ranking sampler draws them; the anchor's own term counted once). The
+  same definitions as :class:`fccolit.objectives.listwise.ListwiseCE`.
+* **which normalization F has** (``normalization``): ``"per_query"`` (default): ``F = (1/N) Σ_q Σ_{i∈S_q^+} f_{q,i}``,
+  the NDCG definition averaged over queries (what the paper's code and LibAUC optimize; seed 000 §2.4 item 3),
+  estimated without bias from a batch of uniformly drawn queries with uniformly drawn relevant items; or
+  ``"pairs"``: ``F = (1/|S|) Σ_{(q,i)∈S} f_{q,i}``, eq. (3) as printed, estimated by the plain mean over the batch's
+  pairs (unbiased when the pairs are drawn uniformly from S). The row weights that implement either are part of
+  ``f`` (context ``"weight"``), so an algorithm's mean over the rows is the estimator and ``exact_value`` is F.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from fccolit import distributed
+from fccolit.objectives.base import FCCOObjective, InnerBatch
+from fccolit.objectives.listwise import ListwiseCE
+from fccolit.surrogates import pairwise_surrogate
+
+NORMALIZATIONS = ("per_query", "pairs")
+INNER_ESTIMATORS = ("list_mean", "stratified")
+_LN2 = math.log(2.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# shared helpers: fields, anchors, item weights of the inner averages, row weights of the outer average
+# ---------------------------------------------------------------------------------------------------------------
+def field(batch: dict[str, torch.Tensor], key: str, who: str) -> torch.Tensor:
+    """``batch[key]`` or a KeyError naming the field, its user and the fields present."""
+    if key not in batch:
+        raise KeyError(
+            f"{who} needs the ranking batch field '{key}', but the batch only has {sorted(batch)} (see the ranking "
+            "batch schema in fccolit.datamodules.synthetic_ranking)"
+        )
+    return batch[key]
+
+
+def list_mask(batch: dict[str, torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """``[B, L]`` bool of the real entries (all True when the batch has no ``mask``)."""
+    mask = batch.get("mask")
+    return torch.ones_like(like, dtype=torch.bool) if mask is None else mask.to(torch.bool)
+
+
+def anchors(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(row [R], position [R])`` of every relevant entry with a state row (``pair_index ≥ 0``), row-major."""
+    rows = torch.nonzero(batch["pair_index"] >= 0)
+    return rows[:, 0], rows[:, 1]
+
+
+def anchor_item_weights(
+    batch: dict[str, torch.Tensor], q: torch.Tensor, a: torch.Tensor, estimator: str, dtype: torch.dtype, who: str
+) -> torch.Tensor:
+    """``c [R, L]``: ``Σ_x c_x φ(x)`` estimates ``(1/N_q) Σ_{x∈S_q} φ(x)`` for the anchor ``(q, a)`` of each row.
+
+    ``"list_mean"``: ``c_x = 1/|B_q|`` on the real entries of the list. ``"stratified"``: the anchor's own entry
+    ``1/N_q``, the list's other relevant entries ``(N_q^+ − 1)/((P_q − 1) N_q)`` and its non-relevant entries
+    ``(N_q − N_q^+)/(M_q N_q)`` (P_q, M_q: relevant / other real entries in the list). Zero on padding.
+    """
+    mask = list_mask(batch, batch["pair_index"]).index_select(0, q)
+    if estimator == "list_mean":
+        return mask.to(dtype) / mask.sum(1, keepdim=True).clamp_min(1).to(dtype)
+    n = field(batch, "num_items", who).to(dtype).index_select(0, q)
+    n_rel = field(batch, "num_relevant", who).to(dtype).index_select(0, q)
+    rel = (batch["relevance"] > 0).index_select(0, q) & mask
+    other = mask & ~rel
+    p, m = rel.sum(1).to(dtype), other.sum(1).to(dtype)
+    w_rel = torch.where(p > 1, (n_rel - 1) / (p - 1).clamp_min(1.0), torch.zeros_like(p))
+    w_other = torch.where(m > 0, (n - n_rel) / m.clamp_min(1.0), torch.zeros_like(m))
+    own = torch.zeros(mask.shape, dtype=dtype, device=mask.device).scatter_(1, a.unsqueeze(1), 1.0)
+    weight = own + (1 - own) * (rel.to(dtype) * w_rel.unsqueeze(1) + other.to(dtype) * w_other.unsqueeze(1))
+    return weight / n.unsqueeze(1)
+
+
+def query_item_weights(batch: dict[str, torch.Tensor], estimator: str, dtype: torch.dtype, who: str) -> torch.Tensor:
+    """``[B, L]``: ``Σ_x c_x φ(x)`` estimates ``(1/N_q) Σ_{x∈S_q} φ(x)`` for each query row (no anchor).
+
+    ``"list_mean"``: ``1/|B_q|`` on the real entries; ``"stratified"``: ``N_q^+/(P_q N_q)`` on relevant entries and
+    ``(N_q − N_q^+)/(M_q N_q)`` on the others (the list mean where the list has no relevant or no other entry).
+    """
+    mask = list_mask(batch, batch["pair_index"])
+    mean = mask.to(dtype) / mask.sum(1, keepdim=True).clamp_min(1).to(dtype)
+    if estimator == "list_mean":
+        return mean
+    n = field(batch, "num_items", who).to(dtype)
+    n_rel = field(batch, "num_relevant", who).to(dtype)
+    rel = (batch["relevance"] > 0) & mask
+    other = mask & ~rel
+    p, m = rel.sum(1).to(dtype), other.sum(1).to(dtype)
+    strat = (rel.to(dtype) * (n_rel / (p.clamp_min(1.0) * n)).unsqueeze(1)
+             + other.to(dtype) * ((n - n_rel) / (m.clamp_min(1.0) * n)).unsqueeze(1))
+    usable = ((p > 0) & (m > 0)).unsqueeze(1)
+    return torch.where(usable, strat, mean)
+
+
+def row_weights(batch: dict[str, torch.Tensor], q: torch.Tensor, normalization: str, dtype: torch.dtype) -> torch.Tensor:
+    """``[R]`` weights such that the mean over the batch's anchor rows of ``weight · f`` estimates F.
+
+    ``"per_query"``: ``(R/B) · N_q^+ / P_q`` (P_q: anchors of the row's query in this batch), so the mean is
+    ``(1/B) Σ_q N_q^+ · mean_{i} f_{q,i}``, an unbiased estimate of ``(1/N) Σ_q Σ_{i∈S_q^+} f_{q,i}`` for uniformly
+    drawn queries and anchors; with every query and pair in the batch it is exactly that sum. Under DDP each
+    rank's mean over its own B/W queries, averaged by DDP, is the global estimate.
+
+    ``"pairs"``: 1 (the plain mean over pairs, eq. (3)); under DDP ``W · R_r / R`` so that DDP's average of the
+    ranks' means is the mean over all R anchors of the global batch.
+    """
+    r = q.numel()
+    if normalization == "per_query":
+        b = batch["pair_index"].shape[0]
+        n_rel = field(batch, "num_relevant", "normalization='per_query'").to(dtype).index_select(0, q)
+        per_row = torch.bincount(q, minlength=b).to(dtype).index_select(0, q)
+        return (r / b) * n_rel / per_row
+    weight = torch.ones(r, dtype=dtype, device=q.device)
+    if distributed.is_distributed():
+        total = torch.tensor([float(r)], dtype=torch.float64, device=q.device)
+        torch.distributed.all_reduce(total)
+        weight = weight * (distributed.world_size() * r / total.clamp_min(1.0)).to(dtype)
+    return weight
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the NDCG surrogate (SONG)
+# ---------------------------------------------------------------------------------------------------------------
+class RankingObjective(FCCOObjective):
+    """Base of the per-pair ranking objectives: one state row per relevant (query, item) pair (``num_pairs``).
+
+    Args:
+        normalization: ``"per_query"`` or ``"pairs"`` (module docstring).
+        inner_estimator: ``"list_mean"`` or ``"stratified"`` (module docstring).
+    """
+
+    inner_dim: ClassVar[int] = 1
+    task: ClassVar[str] = "ranking"
+    state_rows: ClassVar[str] = "num_pairs"
+    needs_global_batch: ClassVar[bool] = False  # a query's list is one batch row: no coupling across rows
+    batch_fields: ClassVar[tuple[str, ...]] = ("query", "relevance", "pair_index", "mask", "num_items", "num_relevant")
+    default_metrics: ClassVar[tuple[str, ...]] = ("ndcg@1", "ndcg@3", "ndcg@5")
+
+    def __init__(self, normalization: str = "per_query", inner_estimator: str = "list_mean") -> None:
+        super().__init__()
+        _check_choice("normalization", normalization, NORMALIZATIONS)
+        _check_choice("inner_estimator", inner_estimator, INNER_ESTIMATORS)
+        self.normalization, self.inner_estimator = normalization, inner_estimator
+
+    @staticmethod
+    def _check_scores(scores: torch.Tensor, batch: dict[str, torch.Tensor], who: str) -> None:
+        if scores.dim() != 2 or scores.shape != batch["pair_index"].shape:
+            raise ValueError(
+                f"{who} expects scores [B, L] with the shape of the batch's lists {tuple(batch['pair_index'].shape)}, "
+                f"got {tuple(scores.shape)}"
+            )
+
+
+class NDCGSurrogate(RankingObjective):
+    r"""The NDCG surrogate of seed 000 as an FCCO problem (eqs. (2)–(3); minimized, so ``F = −surrogate``).
+
+    .. math::
+
+        g_{q,i}(w) = \frac{1}{N_q} \sum_{x' \in S_q} ℓ(h_q(x') - h_q(x_i)), \qquad
+        f_{q,i}(u) = \frac{1}{Z_q} \frac{1 - 2^{y_i}}{\log_2(N_q u + 1)}
+
+    with ``ℓ(d) = max(0, d + c)²`` (the squared hinge; c = ``margin``), ``N_q·g`` a smooth upper bound of the rank
+    of item i when c ≥ 1 (Lemma 4.1: then the surrogate is a lower bound of NDCG), Z_q the ideal DCG of the query
+    (batch field ``ideal_dcg``) and y_i its relevance. The text of eq. (3) prints ``2^{u_i^q}``; App. E's ``2^{y}``
+    is used (seed 000 §7 item 1). The self pair ``x' = x_i`` is in the sum, so ``g ≥ ℓ(0)/N_q > 0`` and f and ∇f
+    are finite at every estimate (the first-visit state is the estimate itself, never 0).
+
+    ``∇f_{q,i}(u) = (2^{y_i} − 1) N_q / (Z_q ln2 (N_q u + 1) log2²(N_q u + 1)) > 0`` (closed form).
+
+    Args:
+        surrogate: pairwise surrogate ℓ (:mod:`fccolit.surrogates`); ``"squared_hinge"`` is the paper's.
+        margin: c of the squared hinge (not given in the paper; 1.0 as in the authors' code and LibAUC, the
+            smallest margin for which Lemma 4.1's lower bound holds).
+        scale: slope of the logistic / sigmoid / exp surrogates.
+        normalization, inner_estimator: see :class:`RankingObjective`.
+
+    ``inner`` returns, per anchor row: ``value`` ĝ ``[R, 1]`` and the context ``gain`` (2^y − 1), ``ideal`` (Z_q),
+    ``num_items`` (N_q), ``weight`` (row weight), ``row`` (batch row of the query) and ``anchor_score`` (h_i,
+    differentiable; used by K-SONG's selector).
+    """
+
+    ideal_key: ClassVar[str] = "ideal_dcg"
+
+    def __init__(
+        self,
+        surrogate: str = "squared_hinge",
+        margin: float = 1.0,
+        scale: float = 1.0,
+        normalization: str = "per_query",
+        inner_estimator: str = "list_mean",
+    ) -> None:
+        super().__init__(normalization, inner_estimator)
+        self.surrogate, self.margin, self.scale = surrogate, float(margin), float(scale)
+        self.loss = pairwise_surrogate(surrogate, margin, scale)
+        self_pair = float(self.loss(torch.zeros((), dtype=torch.float64)))
+        if not self_pair > 0.0:
+            raise ValueError(
+                f"NDCGSurrogate: ℓ(0) = {self_pair} for surrogate={surrogate!r}, margin={margin}: the self pair must give "
+                "a positive inner value, otherwise log2(N_q·g + 1) can be 0 and f is infinite (use margin > 0)"
+            )
+
+    def _pairwise(self, s: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """``ℓ(s − h)`` broadcast (the squared hinge in one fused pass less)."""
+        if self.surrogate == "squared_hinge":
+            return torch.relu(s - (h - self.margin)).square()
+        return self.loss(s - h)
+
+    def _inner_value(self, scores: torch.Tensor, batch: dict[str, torch.Tensor], q: torch.Tensor, a: torch.Tensor,
+                     who: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ĝ [R, 1], h_i [R])``. Padded scores are zeroed first (they may be anything), and the list mean is
+        computed without a weight matrix; when the anchors fill the leading columns (the recommendation layout:
+        P relevant items, then the others) the pairs are laid out as ``[B, P, L]`` without gathering rows."""
+        mask = batch.get("mask")
+        padded = mask is not None and not bool(mask.all())
+        if padded:
+            scores = torch.where(mask.to(torch.bool), scores, torch.zeros_like(scores))
+        if self.inner_estimator == "stratified":
+            s = scores.index_select(0, q)
+            h_i = s.gather(1, a.unsqueeze(1))
+            c = anchor_item_weights(batch, q, a, self.inner_estimator, scores.dtype, who)
+            return (self._pairwise(s, h_i) * c).sum(1, keepdim=True), h_i.squeeze(1)
+        b, length = scores.shape
+        count = mask.sum(1).to(scores.dtype) if padded else None
+        p = int(a.max()) + 1 if a.numel() else 0
+        if b * p <= 1.25 * q.numel():  # dense block of leading anchor columns
+            h = scores[:, :p]
+            ell = self._pairwise(scores.unsqueeze(1), h.unsqueeze(2))  # [B, P, L]
+            if padded:
+                ell = ell * mask.unsqueeze(1)
+            total = ell.sum(2)[q, a]
+            h_i = h[q, a]
+        else:
+            s = scores.index_select(0, q)
+            h_i = s.gather(1, a.unsqueeze(1)).squeeze(1)
+            ell = self._pairwise(s, h_i.unsqueeze(1))
+            if padded:
+                ell = ell * mask.index_select(0, q)
+            total = ell.sum(1)
+        value = total / (count.index_select(0, q) if padded else float(length))
+        return value.unsqueeze(1), h_i
+
+    def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+        who = type(self).__name__
+        self._check_scores(scores, batch, who)
+        q, a = anchors(batch)
+        value, h_i = self._inner_value(scores, batch, q, a, who)
+        ideal = field(batch, self.ideal_key, who).to(scores.dtype).index_select(0, q)
+        if ideal.device.type == "cpu" and ideal.numel() and not bool((ideal > 0).all()):
+            bad = int(q[torch.nonzero(~(ideal > 0)).flatten()[0]])
+            raise ValueError(
+                f"{who}: batch row {bad} has relevant entries but {self.ideal_key} = {float(batch[self.ideal_key][bad])}; "
+                f"the DataModule must give the ideal DCG of every query with a relevant item (> 0)"
+            )
+        y = batch["relevance"].to(scores.dtype)[q, a]
+        context = {
+            "gain": torch.exp2(y) - 1.0,
+            "ideal": ideal,
+            "num_items": field(batch, "num_items", who).to(scores.dtype).index_select(0, q),
+            "weight": row_weights(batch, q, self.normalization, scores.dtype),
+            "row": q,
+            "anchor_score": h_i,
+        }
+        return InnerBatch(index=batch["pair_index"][q, a], value=value, context=context)
+
+    def outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        n = context["num_items"]
+        return -context["weight"] * context["gain"] / (context["ideal"] * torch.log2(n * u[:, 0] + 1.0))
+
+    def outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        n = context["num_items"]
+        nu1 = n * u[:, 0] + 1.0
+        grad = context["weight"] * context["gain"] * n / (context["ideal"] * _LN2 * nu1 * torch.log2(nu1).square())
+        return grad.unsqueeze(-1)
+
+
+@dataclass
+class LowerLevel:
+    """The smoothed lower-level problem of one batch at the thresholds λ (all ``[B]``, detached).
+
+    Attributes:
+        grad: ``∂_λ L_q(λ; w; B_q)``.
+        hess: ``∂²_λ L_q(λ; w; B_q) ≥ τ2``.
+        weights: ``[B, L]`` ``c_j σ(z_j)(1 − σ(z_j))/τ1``: ``−∇_w ∂_λ L_q = Σ_j weights_j ∇h_j``.
+    """
+
+    grad: torch.Tensor
+    hess: torch.Tensor
+    weights: torch.Tensor
+
+
+class TopKNDCGSurrogate(NDCGSurrogate):
+    r"""The top-K NDCG surrogate of seed 000 §5: a bilevel compositional problem (eq. (4)), minimized.
+
+    .. math::
+
+        F_K(w) = \text{mean}_{(q,i)}\ ψ(h_q(x_i) - \hat λ_q(w)) \, f^K_{q,i}(g_{q,i}(w)), \qquad
+        \hat λ_q(w) = \arg\min_λ L_q(λ; w)
+
+        L_q(λ; w) = \frac{K + ε}{N_q} λ + \frac{τ_2}{2} λ^2 + \frac{1}{N_q} \sum_{x_j \in S_q} τ_1 \ln(1 + e^{(h_q(x_j) - λ)/τ_1})
+
+    f^K is :class:`NDCGSurrogate`'s f with ``Z_q^K`` (batch field ``ideal_dcg_at_k``, the DataModule's ``top_k``
+    must equal K) in place of Z_q, and ψ is the smooth selector ``ψ(s) = σ(α s)`` (App. E: "the logistic loss";
+    the authors' code and LibAUC use σ(α s) with α = 2). ``λ̂_q`` estimates the threshold of the top K
+    (Lemmas 5.1 and 5.3): with well separated scores and small τ1, τ2 it sits between the (K+1)-th and the K-th
+    largest score (at their midpoint for ε = 0; at ``θ_{K+1} − τ1 logit(ε)`` for ε ∈ (0, 1)).
+
+    Implicit gradient (App. E eq. (11); eq. (7) of the main text has the wrong sign, seed 000 §7 item 5):
+    ``∇ψ(h_i − λ̂) = ψ'·(∇h_i − ∇λ̂)`` with ``∇λ̂ = −∇²_{wλ}L / ∇²_λ L = Σ_j c_j σ'_j/τ1 ∇h_j / ∂²_λ L``.
+
+    Args:
+        top_k: K (Table 4: 10 for learning to rank, 300 for recommendation).
+        epsilon: ε of Lemma 5.1 / eq. (4); eq. (6), the authors' code and LibAUC drop it (ε = 0, the default).
+        tau1, tau2: τ1, τ2 of the smoothing (not given in the paper; LibAUC's 0.01 and 1e-4).
+        selector_alpha: α of ψ (LibAUC's 2.0; an assumption, the paper gives no value).
+        (the rest): see :class:`NDCGSurrogate`; the lower level uses the same ``inner_estimator``.
+    """
+
+    ideal_key: ClassVar[str] = "ideal_dcg_at_k"
+    batch_fields: ClassVar[tuple[str, ...]] = RankingObjective.batch_fields + ("ideal_dcg_at_k",)
+
+    def __init__(
+        self,
+        top_k: int = 10,
+        epsilon: float = 0.0,
+        tau1: float = 0.01,
+        tau2: float = 1e-4,
+        selector_alpha: float = 2.0,
+        surrogate: str = "squared_hinge",
+        margin: float = 1.0,
+        scale: float = 1.0,
+        normalization: str = "per_query",
+        inner_estimator: str = "list_mean",
+    ) -> None:
+        super().__init__(surrogate, margin, scale, normalization, inner_estimator)
+        if int(top_k) < 1:
+            raise ValueError(f"top_k (K) must be >= 1, got {top_k}")
+        if not 0.0 <= epsilon < 1.0:
+            raise ValueError(f"epsilon (ε) must be in [0, 1), got {epsilon}")
+        if tau1 <= 0 or tau2 <= 0:
+            raise ValueError(f"tau1 and tau2 must be > 0 (L_q is then smooth and τ2-strongly convex), got {tau1}, {tau2}")
+        self.top_k, self.epsilon = int(top_k), float(epsilon)
+        self.tau1, self.tau2, self.selector_alpha = float(tau1), float(tau2), float(selector_alpha)
+
+    # ------------------------------------------------------------------ the selector ψ
+    def selector(self, s: torch.Tensor) -> torch.Tensor:
+        """``ψ(s) = σ(α s)``."""
+        return torch.sigmoid(self.selector_alpha * s)
+
+    def selector_grad(self, s: torch.Tensor) -> torch.Tensor:
+        """``ψ'(s) = α σ(α s)(1 − σ(α s))``."""
+        p = torch.sigmoid(self.selector_alpha * s)
+        return self.selector_alpha * p * (1.0 - p)
+
+    # ------------------------------------------------------------------ the lower level
+    def _lower_inputs(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        who = type(self).__name__
+        c = query_item_weights(batch, self.inner_estimator, scores.dtype, who)
+        n = field(batch, "num_items", who).to(scores.dtype)
+        return c, (self.top_k + self.epsilon) / n
+
+    def lower_objective(self, lam: torch.Tensor, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``L_q(λ; w; B_q)`` for each query row, ``[B]`` (eq. (6), with ε)."""
+        c, slope = self._lower_inputs(scores, batch)
+        soft = self.tau1 * F.softplus((scores - lam.unsqueeze(1)) / self.tau1)
+        return slope * lam + 0.5 * self.tau2 * lam.square() + torch.where(c > 0, c * soft, torch.zeros_like(soft)).sum(1)
+
+    @torch.no_grad()
+    def lower_level(self, scores: torch.Tensor, batch: dict[str, torch.Tensor], lam: torch.Tensor) -> LowerLevel:
+        """Closed-form ``∂_λ L_q``, ``∂²_λ L_q`` and the weights of ``∇_w λ̂`` at ``λ`` ``[B]`` (seed 000 §1.5)."""
+        scores = scores.detach()
+        c, slope = self._lower_inputs(scores, batch)
+        sig = torch.sigmoid((scores - lam.to(scores.dtype).unsqueeze(1)) / self.tau1)
+        sig = torch.where(c > 0, sig, torch.zeros_like(sig))
+        weights = c * sig * (1.0 - sig) / self.tau1
+        grad = slope + self.tau2 * lam.to(scores.dtype) - (c * sig).sum(1)
+        return LowerLevel(grad=grad, hess=self.tau2 + weights.sum(1), weights=weights)
+
+    @staticmethod
+    def threshold_score(scores: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """``Σ_j weights_j h_j`` ``[B]`` (differentiable in the scores): its gradient divided by ``∂²_λ L`` is
+        ``∇_w λ̂_q`` (implicit function theorem)."""
+        return (weights.detach() * torch.where(weights > 0, scores, torch.zeros_like(scores))).sum(1)
+
+    @torch.no_grad()
+    def solve_threshold(self, scores: torch.Tensor, batch: dict[str, torch.Tensor], iterations: int = 200) -> torch.Tensor:
+        """``λ̂_q = argmin_λ L_q(λ; w; B_q)`` for each query row (float64 bisection on the increasing ∂_λ L, then
+        Newton polishing); ``[B]`` float64. Used by ``exact_value``, the tests and ``lambda_init="solve"``."""
+        scores64 = scores.detach().to(torch.float64)
+        mask = list_mask(batch, batch["pair_index"])
+        big = torch.finfo(torch.float64).max
+        lo = torch.where(mask, scores64, torch.full_like(scores64, big)).amin(1) - 1.0
+        hi = torch.where(mask, scores64, torch.full_like(scores64, -big)).amax(1) + 1.0
+        grad = lambda lam: self.lower_level(scores64, batch, lam).grad  # noqa: E731
+        for _ in range(200):  # widen the brackets until ∂_λ L changes sign (it is increasing, → ±∞)
+            below, above = grad(lo) > 0, grad(hi) < 0
+            if not bool(below.any() or above.any()):
+                break
+            width = hi - lo
+            lo = torch.where(below, lo - width, lo)
+            hi = torch.where(above, hi + width, hi)
+        for _ in range(iterations):
+            mid = 0.5 * (lo + hi)
+            pos = grad(mid) > 0
+            hi, lo = torch.where(pos, mid, hi), torch.where(pos, lo, mid)
+        lam = 0.5 * (lo + hi)
+        for _ in range(3):
+            level = self.lower_level(scores64, batch, lam)
+            lam = (lam - level.grad / level.hess).clamp(lo, hi)
+        return lam
+
+    def exact_value(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``F_K`` with λ̂ solved exactly (no gradient through λ̂: for finite differences)."""
+        inner = self.inner(scores, batch)
+        lam = self.solve_threshold(scores, batch).to(scores.dtype)
+        psi = self.selector(inner.context["anchor_score"] - lam.index_select(0, inner.context["row"]))
+        return (psi * self.outer(inner.value, inner.context)).mean()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SOLC's listwise cross-entropy
+# ---------------------------------------------------------------------------------------------------------------
+class SOLCListwiseCE(ListwiseCE):
+    r"""Listwise cross-entropy as SOLC optimizes it (seed 000 App. B), the warm-up objective of SONG / K-SONG.
+
+    .. math::
+
+        F(w) = \frac{1}{N} \sum_q \frac{1}{N_q} \sum_{x_i \in S_q^+} -\ln \frac{e^{h_q(x_i)}}{\sum_{x_j \in S_q} e^{h_q(x_j)}}
+             = \frac{1}{N} \sum_q \sum_{i \in S_q^+} f_{q,i}(g_{q,i}), \quad
+        g_{q,i} = \frac{1}{N_q}\sum_{j \in S_q} e^{h_j - h_i}, \quad f_{q,i}(u) = \frac{\ln u + \ln N_q}{N_q}
+
+    It is :class:`~fccolit.objectives.listwise.ListwiseCE` (whose inner value, f and ∇f = weight/u it reuses) with
+    the pair weight ``P = 1`` per relevant item (``relevance_weight="none"``, as printed; ``"uniform"`` /
+    ``"linear"`` give ListNet's normalized targets), times ``1/N_q`` (``list_size_weight=True``, as printed: App. B
+    and §6; False drops it, as LibAUC's ``ListwiseCELoss`` does), times the row weight of ``normalization``
+    (``"per_query"``: the 1/N over queries of the formula; ``"pairs"``: a mean over pairs).
+
+    The printed Algorithm 3 omits the factor ``exp(h_j − h_i)`` in its gradient (seed 000 §7 item 7); the
+    estimator of :class:`~fccolit.algorithms.song.SOLC` is ``∇f(u)·∇ĝ``, which has it. For SOLC's log-domain
+    state, :meth:`log_inner` gives ``ln ĝ`` by a log-sum-exp (no overflow for large score gaps).
+    """
+
+    def __init__(
+        self,
+        relevance_weight: str = "none",
+        inner_estimator: str = "list_mean",
+        normalization: str = "per_query",
+        list_size_weight: bool = True,
+    ) -> None:
+        super().__init__(relevance_weight=relevance_weight, inner_estimator=inner_estimator)
+        _check_choice("normalization", normalization, NORMALIZATIONS)
+        self.normalization, self.list_size_weight = normalization, bool(list_size_weight)
+
+    default_metrics: ClassVar[tuple[str, ...]] = ("ndcg@1", "ndcg@3", "ndcg@5")
+
+    def pair_weight(self, batch: dict[str, torch.Tensor], relevant: torch.Tensor) -> torch.Tensor:
+        weight = super().pair_weight(batch, relevant)  # [B, L] float64
+        if self.list_size_weight:
+            n = field(batch, "num_items", type(self).__name__).to(weight.dtype)
+            weight = weight / n.unsqueeze(1)
+        pair_index = batch["pair_index"]
+        q, _ = anchors(batch)
+        per_row = torch.zeros(pair_index.shape[0], dtype=weight.dtype, device=weight.device)
+        per_row.index_copy_(0, q, row_weights(batch, q, self.normalization, weight.dtype))  # equal within a row
+        return weight * per_row.unsqueeze(1)
+
+    def log_inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+        """Like :meth:`inner` with ``value = ln ĝ`` ``[R, 1]`` (differentiable), computed as a log-sum-exp."""
+        self._check_scores_2d(scores)
+        q, a = anchors(batch)
+        mask = list_mask(batch, batch["pair_index"])
+        if self.inner_estimator == "list_mean":  # ln ĝ = logsumexp_{real j}(h_j) − h_i − ln |B_q|
+            real = torch.where(mask, scores, torch.full_like(scores, -math.inf))
+            log_count = torch.log(mask.sum(1).to(scores.dtype))
+            value = (torch.logsumexp(real, dim=1) - log_count).index_select(0, q) - scores[q, a]
+            value = value.unsqueeze(1)
+        else:
+            s = scores.index_select(0, q)
+            c = anchor_item_weights(batch, q, a, self.inner_estimator, scores.dtype, type(self).__name__)
+            log_c = torch.where(c > 0, torch.log(c.clamp_min(torch.finfo(c.dtype).tiny)), torch.full_like(c, -math.inf))
+            value = torch.logsumexp(s - s.gather(1, a.unsqueeze(1)) + log_c, dim=1, keepdim=True)
+        relevant = mask & (batch["relevance"] > 0)
+        num_items = field(batch, "num_items", type(self).__name__).to(scores.dtype).index_select(0, q)
+        context = {"weight": self.pair_weight(batch, relevant)[q, a].to(scores.dtype), "log_num_items": torch.log(num_items)}
+        return InnerBatch(index=batch["pair_index"][q, a], value=value, context=context)
+
+    @staticmethod
+    def _check_scores_2d(scores: torch.Tensor) -> None:
+        if scores.dim() != 2:
+            raise ValueError(f"SOLCListwiseCE expects scores [B, L] (one score per list entry), got {tuple(scores.shape)}")
+
+    def outer_log(self, log_u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``f(u)`` from ``ln u`` ``[R, 1]``: ``weight · (ln u + ln N_q)``."""
+        return context["weight"] * (log_u[:, 0] + context["log_num_items"])
