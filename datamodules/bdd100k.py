@@ -1,0 +1,577 @@
+"""BDD100K image attributes (weather, scene, time of day) as classification tasks, with the per-class subsets of
+seed 004's continual learning with non-forgetting constraints.
+
+Files (anchor-ecosystem.md §2.6), from https://bdd-data.berkeley.edu/ (free registration): ``root`` holds
+
+    images/100k/{train,val}/<name>.jpg                      70,000 / 10,000 frames, 1280 × 720
+    labels/bdd100k_labels_images_{train,val}.json           the 2018 "Labels" package, or
+    labels/det_20/det_{train,val}.json                      the 2020 detection labels
+
+Both label files are a JSON list of frames in the Scalabel format, ``{"name": "<id>.jpg", "attributes":
+{"weather": ..., "scene": ..., "timeofday": ...}, "labels": [...boxes...], ...}``; only ``name`` and
+``attributes`` are read (the frame list is streamed, so the 1 GB training file never sits in memory as Python
+objects). Documented attribute values (bdd100k ``doc/format.rst``):
+
+* weather: ``rainy, snowy, clear, overcast, undefined, partly cloudy, foggy``
+* scene: ``tunnel, residential, parking lot, undefined, city street, gas stations, highway``
+* timeofday: ``daytime, night, dawn/dusk, undefined``
+
+A value outside these is an error naming the file, the frame and the field.
+
+Tasks (classes in DevSafety's order, ``GangLii/DevSafety`` ``bdd100k_classnames.py``): ``"weather"`` over
+``clear, overcast, snowy, rainy, partly cloudy, foggy``; ``"scene"`` over ``highway, residential, city street,
+parking lot, tunnel`` (gas stations dropped, as there); ``"timeofday"`` over ``daytime, night, dawn/dusk``
+[assumption: not in the papers]. Frames whose value is ``undefined`` (or not among ``classes``) are dropped. The
+task ``"attributes"`` is multi-label: one binary task per class of each of the three attributes (14 tasks,
+named ``"weather=foggy"`` …), a frame being unlabeled (−1) for the tasks of an attribute it has undefined.
+
+Splits: the official ``val`` frames are the test split (DevSafety); ``val_fraction`` of the official training
+frames (stratified by class, seeded; default 0.1 [assumption: DevSafety's own train / val CSVs are not
+reproducible]) is the validation split. ``max_per_class`` subsamples each training class except the target
+(DevSafety's ``control_size=1000``; default None keeps all).
+
+Seed 004 (§1.5(c), §3.3): a ``target`` class (foggy or overcast) is learned while the other, ``protected``
+classes must not get worse (one constraint each). With ``target`` set the task is binary (``y = 1`` for the
+target), with ``label`` (the class), ``group`` (the protected class's constraint index, −1 for the target and for
+classes that are neither) and per-class subsets: :meth:`~BDD100KDataModule.class_indices`, and
+:meth:`~BDD100KDataModule.constraint_sampler` / :meth:`~BDD100KDataModule.constraint_dataloader` for batches of
+``classes_per_batch`` protected classes × ``samples_per_class`` images (DevSafety's ``ClassSampler``).
+
+Images: decoded per image in the DataLoader workers, shorter side resized to ``image_size`` (bicubic) and
+center-cropped (CLIP's preprocessing), normalized with CLIP's mean / std (``normalization="clip"``, default) or
+ImageNet's. ``augment`` adds a random crop position and a horizontal flip for training [not in DevSafety, which
+uses the CLIP preprocessing as is].
+
+Batch fields: ``x`` ``[B, 3, S, S]``, ``index``, and ``y`` — the class (``[B]``, classification tasks), the
+target indicator plus ``pos_index`` / ``neg_index`` / ``label`` / ``group`` (``target`` set), or the multi-label
+fields of :class:`~fccolit.samplers.multilabel.MultiLabelPairDataset` (``"attributes"``; evaluation batches have
+``y`` ``[B, 14]``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator, Literal, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from fccolit.data import binary_fields
+from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
+from fccolit.samplers import DualSampler, RankAwareBatchSampler
+from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes
+from fccolit.samplers.uniform import UniformBatchSampler
+
+from fccolit.datamodules.base import FCCODataModule
+from fccolit.datamodules.chexpert import IMAGENET_MEAN, IMAGENET_STD, ImageFileDataset, _noise_image, tasks_per_batch_for
+from fccolit.datamodules.cifar import stratified_split
+
+__all__ = [
+    "BDD100KDataModule",
+    "ATTRIBUTE_VALUES",
+    "DEFAULT_CLASSES",
+    "ClipImageTransform",
+    "class_prompts",
+    "iter_json_array",
+    "read_bdd100k_attributes",
+    "write_bdd100k",
+]
+
+BDD100K_URL = "https://bdd-data.berkeley.edu/"
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+ATTRIBUTES = ("weather", "scene", "timeofday")
+#: Attribute values documented by BDD100K (doc/format.rst), in the documentation's order.
+ATTRIBUTE_VALUES = {
+    "weather": ("rainy", "snowy", "clear", "overcast", "undefined", "partly cloudy", "foggy"),
+    "scene": ("tunnel", "residential", "parking lot", "undefined", "city street", "gas stations", "highway"),
+    "timeofday": ("daytime", "night", "dawn/dusk", "undefined"),
+}
+#: Classes of each classification task (DevSafety's order for weather and scene).
+DEFAULT_CLASSES = {
+    "weather": ("clear", "overcast", "snowy", "rainy", "partly cloudy", "foggy"),
+    "scene": ("highway", "residential", "city street", "parking lot", "tunnel"),
+    "timeofday": ("daytime", "night", "dawn/dusk"),
+}
+_TEMPLATES = {"weather": "the weather is {}.", "scene": "the scene is a {}.", "timeofday": "the time of day is {}."}
+_PROMPT_NAMES = {"residential": "residential area"}  # DevSafety's scene class name in its prompts
+_LABEL_FILES = {
+    "2018": ("labels/bdd100k_labels_images_train.json", "labels/bdd100k_labels_images_val.json"),
+    "2020": ("labels/det_20/det_train.json", "labels/det_20/det_val.json"),
+}
+
+
+def class_prompts(task: str, classes: Sequence[str]) -> list[str]:
+    """CLIP prompts of DevSafety's templates: ``"the weather is foggy."``, ``"the scene is a residential area."``
+    (time of day: ``"the time of day is night."`` [assumption])."""
+    return [_TEMPLATES[task].format(_PROMPT_NAMES.get(c, c)) for c in classes]
+
+
+# ---------------------------------------------------------------------------------------------- the JSON files
+def iter_json_array(path: str | os.PathLike, chunk_chars: int = 1 << 24) -> Iterator[tuple[int, Any]]:
+    """Stream the elements of a JSON file whose top level is a list: yields ``(position, element)``.
+
+    Memory stays at one chunk plus one element, whatever the file size. Errors name the file, the element and
+    the character offset.
+    """
+    path = Path(path)
+    decoder = json.JSONDecoder()
+    with open(path, encoding="utf-8") as f:
+        buf, pos, offset, eof = "", 0, 0, False  # offset: characters of the file before buf
+
+        def fill() -> bool:
+            nonlocal buf, pos, offset, eof
+            if eof:
+                return False
+            more = f.read(chunk_chars)
+            eof = not more
+            offset += pos
+            buf, pos = buf[pos:] + more, 0
+            return bool(more)
+
+        def skip_ws() -> str:
+            nonlocal pos
+            while True:
+                while pos < len(buf) and buf[pos] in " \t\r\n":
+                    pos += 1
+                if pos < len(buf) or not fill():
+                    return buf[pos] if pos < len(buf) else ""
+
+        if skip_ws() != "[":
+            raise ValueError(f"{path}: expected a JSON list of frames ('[' at the start), found {buf[pos:pos + 20]!r}")
+        pos += 1
+        k = 0
+        if skip_ws() == "]":
+            return
+        while True:
+            while True:
+                try:
+                    obj, end = decoder.raw_decode(buf, pos)
+                except json.JSONDecodeError as err:
+                    if not eof:  # the element may continue in the next chunk
+                        fill()
+                        continue
+                    raise ValueError(f"{path}: invalid JSON in element {k} at character {offset + err.pos}: {err.msg}") from err
+                if end == len(buf) and not eof:  # a number or literal may continue: decode again with more text
+                    fill()
+                    continue
+                break
+            yield k, obj
+            k += 1
+            pos = end
+            sep = skip_ws()
+            if sep == "]":
+                return
+            if sep != ",":
+                raise ValueError(f"{path}: expected ',' or ']' after element {k - 1} at character {offset + pos}, found {sep!r}")
+            pos += 1
+            skip_ws()
+
+
+def read_bdd100k_attributes(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Names and attributes of the frames of a BDD100K labels file (2018 or 2020 layout).
+
+    Returns:
+        ``name`` ``[n]`` str, and for each of ``weather``, ``scene``, ``timeofday`` an ``[n]`` int8 index into
+        :data:`ATTRIBUTE_VALUES` (``undefined`` included).
+    """
+    path = Path(path)
+    names: list[str] = []
+    codes: dict[str, list[int]] = {a: [] for a in ATTRIBUTES}
+    lookup = {a: {v: i for i, v in enumerate(vals)} for a, vals in ATTRIBUTE_VALUES.items()}
+    for k, frame in iter_json_array(path):
+        if not isinstance(frame, dict):
+            raise ValueError(f"{path}: frame {k} is a {type(frame).__name__}, expected an object with 'name' and 'attributes'")
+        name = frame.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{path}: frame {k}: field 'name' is missing or not a string ({name!r})")
+        attributes = frame.get("attributes")
+        if not isinstance(attributes, dict):
+            raise ValueError(f"{path}: frame {k} ({name}): field 'attributes' is missing or not an object")
+        for a in ATTRIBUTES:
+            value = attributes.get(a)
+            if value not in lookup[a]:
+                raise ValueError(
+                    f"{path}: frame {k} ({name}): field 'attributes.{a}' is {value!r}; documented values are "
+                    f"{list(ATTRIBUTE_VALUES[a])}"
+                )
+            codes[a].append(lookup[a][value])
+        names.append(name)
+    out: dict[str, np.ndarray] = {"name": np.asarray(names, dtype=str) if names else np.zeros(0, dtype="U1")}
+    for a in ATTRIBUTES:
+        out[a] = np.asarray(codes[a], dtype=np.int8)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- images
+class ClipImageTransform:
+    """CLIP's preprocessing: shorter side to ``size`` (bicubic), center crop ``size × size``; with ``augment`` a
+    random crop position along the longer side and a horizontal flip. Returns uint8 ``[3, size, size]``."""
+
+    def __init__(self, size: int = 224, augment: bool = False) -> None:
+        self.size, self.augment = int(size), augment
+
+    def __call__(self, path: Path) -> torch.Tensor:
+        from PIL import Image
+
+        with Image.open(path) as img:
+            img.draft("RGB", (self.size, self.size))
+            img = img.convert("RGB")
+        w, h = img.size
+        scale = self.size / min(w, h)
+        nw, nh = max(self.size, round(w * scale)), max(self.size, round(h * scale))
+        img = img.resize((nw, nh), Image.BICUBIC)
+        if self.augment:
+            left = int(torch.randint(0, nw - self.size + 1, ()))
+            top = int(torch.randint(0, nh - self.size + 1, ()))
+        else:
+            left, top = (nw - self.size) // 2, (nh - self.size) // 2
+        img = img.crop((left, top, left + self.size, top + self.size))
+        if self.augment and bool(torch.rand(()) < 0.5):
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1)
+
+
+class _JsonOrigin:
+    """``row -> "file frame k"`` (picklable for DataLoader workers)."""
+
+    def __init__(self, name: str, frames: np.ndarray) -> None:
+        self.name, self.frames = name, np.asarray(frames)
+
+    def __call__(self, i: int) -> str:
+        return f"{self.name} frame {int(self.frames[i])}"
+
+
+# ---------------------------------------------------------------------------------------------- the DataModule
+class BDD100KDataModule(FCCODataModule):
+    """BDD100K frame attributes as image classification (see the module docstring for files, tasks and fields).
+
+    The labels JSON is streamed once into a cache (``<cache_dir>/bdd100k-<hash>/``: frame names and attribute
+    codes, keyed by the file); classes, splits and subsets are built in ``__init__``, so :attr:`sizes` exists
+    right after construction.
+
+    Args:
+        root: the folder holding ``labels/`` and ``images/100k/``.
+        task: ``"weather"``, ``"scene"``, ``"timeofday"`` or ``"attributes"`` (multi-label).
+        classes: the classes of a classification task, in output order (None: :data:`DEFAULT_CLASSES`).
+        target: a class of ``classes``: binary target-versus-rest task (seed 004: ``"foggy"`` or ``"overcast"``).
+        protected: the constrained classes (None: every class but the target).
+        labels_version: ``"2018"``, ``"2020"`` or ``"auto"`` (the 2020 ``det_20`` files if present, else 2018).
+        val_fraction: share of the official training frames held out for validation (stratified).
+        max_per_class: keep at most this many training images per class (the target excepted; None: all).
+        image_size: S of the ``S × S`` crops (224 for CLIP ViT-B).
+        normalization: ``"clip"`` or ``"imagenet"``.
+        augment: random crop position and flip for training.
+        batch_size: global training batch size.
+        num_positives: target task: target images per batch; multi-label: positives per task of a batch
+            (None: half).
+        sampler: classification tasks: ``"uniform"`` (shuffled epochs,
+            :class:`~fccolit.samplers.uniform.UniformBatchSampler`) or ``"class_balanced"`` (``classes_per_batch``
+            classes × ``batch_size / classes_per_batch`` images, DevSafety's ``ClassSampler``).
+        classes_per_batch: classes per batch of the class-balanced sampler (None: all), or tasks per multi-label
+            batch (None: the largest divisor of ``batch_size`` up to 14).
+        num_batches: batches per epoch (None: the sampler's default).
+        seed: seeds the split, ``max_per_class`` and the samplers.
+        num_workers, eval_batch_size: DataLoader workers and evaluation batch size.
+        cache_dir: folder of the cache entries.
+
+    Attributes:
+        classes, task_names, prompts (CLIP prompts of the classes), protected, class_counts (training images per
+        class), label_files (the two JSON files read).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        task: Literal["weather", "scene", "timeofday", "attributes"] = "weather",
+        classes: Sequence[str] | None = None,
+        target: str | None = None,
+        protected: Sequence[str] | None = None,
+        labels_version: Literal["auto", "2018", "2020"] = "auto",
+        val_fraction: float = 0.1,
+        max_per_class: int | None = None,
+        image_size: int = 224,
+        normalization: Literal["clip", "imagenet"] = "clip",
+        augment: bool = False,
+        batch_size: int = 64,
+        num_positives: int | None = None,
+        sampler: Literal["uniform", "class_balanced"] = "uniform",
+        classes_per_batch: int | None = None,
+        num_batches: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+        eval_batch_size: int = 64,
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
+        if task not in (*ATTRIBUTES, "attributes"):
+            raise ValueError(f"task must be one of {[*ATTRIBUTES, 'attributes']}, got {task!r}")
+        if normalization not in ("clip", "imagenet"):
+            raise ValueError(f"normalization must be 'clip' or 'imagenet', got {normalization!r}")
+        if sampler not in ("uniform", "class_balanced"):
+            raise ValueError(f"sampler must be 'uniform' or 'class_balanced', got {sampler!r}")
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        self.root, self.task = Path(root), task
+        self.val_fraction, self.max_per_class, self.image_size = val_fraction, max_per_class, int(image_size)
+        self.normalization, self.augment, self.sampler = normalization, augment, sampler
+        self.batch_size, self.num_positives, self.classes_per_batch = batch_size, num_positives, classes_per_batch
+        self.num_batches, self.seed = num_batches, seed
+        if task == "attributes":
+            if classes is not None or target is not None or protected is not None:
+                raise ValueError("task='attributes' uses every class of the three attributes: leave classes, target and protected unset")
+            self.classes = []
+            self.task_names = [f"{a}={c}" for a in ATTRIBUTES for c in DEFAULT_CLASSES[a]]
+        else:
+            self.classes = list(DEFAULT_CLASSES[task] if classes is None else classes)
+            bad = [c for c in self.classes if c not in ATTRIBUTE_VALUES[task] or c == "undefined"]
+            if bad or len(set(self.classes)) != len(self.classes) or len(self.classes) < 2:
+                raise ValueError(f"classes of task {task!r} must be at least two distinct documented values {list(ATTRIBUTE_VALUES[task])} but 'undefined'; got {list(self.classes)}")
+            self.task_names = list(self.classes)
+        self.prompts = class_prompts(task, self.classes) if self.classes else []
+        if target is not None and target not in self.classes:
+            raise ValueError(f"target {target!r} is not one of the classes {self.classes}")
+        self.target = target
+        self.protected = [c for c in self.classes if c != target] if protected is None else list(protected)
+        bad = [c for c in self.protected if c not in self.classes or c == target]
+        if bad:
+            raise ValueError(f"protected classes must be classes other than the target; got {bad} (classes {self.classes}, target {target!r})")
+
+        self.label_files = self._find_label_files(labels_version)
+        self.image_dirs = {s: self.root / "images" / "100k" / s for s in ("train", "val")}
+        for split, folder in self.image_dirs.items():
+            if not folder.is_dir():
+                raise FileNotFoundError(f"BDD100K image folder not found: {folder} (extract the 100K images package from {BDD100K_URL} into {self.root})")
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(self.root)
+        key = cache_key(self.label_files, {"reader": "bdd100k-attributes"}, prefix="bdd100k")
+        self._arrays = cached_arrays(self.cache_dir, key, self._read)
+        self._build_splits()
+
+    # ------------------------------------------------------------------ files
+    def _find_label_files(self, version: str) -> list[Path]:
+        if version not in ("auto", "2018", "2020"):
+            raise ValueError(f"labels_version must be 'auto', '2018' or '2020', got {version!r}")
+        order = ("2020", "2018") if version == "auto" else (version,)
+        for v in order:
+            files = [self.root / f for f in _LABEL_FILES[v]]
+            if all(f.is_file() for f in files):
+                self.labels_version = v
+                return files
+        wanted = " or ".join(f"{self.root / _LABEL_FILES[v][0]} + {Path(_LABEL_FILES[v][1]).name}" for v in order)
+        raise FileNotFoundError(f"BDD100K labels not found: {wanted}. Download the labels package from {BDD100K_URL} and extract it into {self.root}.")
+
+    def _read(self) -> dict[str, np.ndarray]:
+        out = {}
+        for split, path in zip(("train", "test"), self.label_files):
+            for k, v in read_bdd100k_attributes(path).items():
+                out[f"{split}_{k}"] = v
+        return out
+
+    # ------------------------------------------------------------------ the protocol
+    def _class_codes(self, split: str) -> np.ndarray:
+        """Class index per frame of a classification task (−1: undefined or not among ``classes``)."""
+        codes = np.asarray(self._arrays[f"{split}_{self.task}"])
+        mapping = np.full(len(ATTRIBUTE_VALUES[self.task]), -1, dtype=np.int64)
+        for i, c in enumerate(self.classes):
+            mapping[ATTRIBUTE_VALUES[self.task].index(c)] = i
+        return mapping[codes]
+
+    def _attribute_labels(self, split: str) -> np.ndarray:
+        """``[n, 14]`` one-vs-rest labels of every attribute class (−1 where the attribute is undefined)."""
+        columns = []
+        for a in ATTRIBUTES:
+            codes = np.asarray(self._arrays[f"{split}_{a}"])
+            values = ATTRIBUTE_VALUES[a]
+            defined = codes != values.index("undefined")
+            for c in DEFAULT_CLASSES[a]:
+                columns.append(np.where(defined, (codes == values.index(c)).astype(np.int64), -1))
+        return np.stack(columns, axis=1)
+
+    def _build_splits(self) -> None:
+        rng = np.random.default_rng([int(self.seed), 0xBDD1])
+        self._splits: dict[str, dict[str, Any]] = {}
+        if self.task == "attributes":
+            labels = {s: self._attribute_labels(s) for s in ("train", "test")}
+            keep = {s: np.flatnonzero((labels[s] >= 0).any(1)) for s in labels}
+            strata = np.asarray(self._arrays["train_weather"])[keep["train"]]
+        else:
+            codes = {s: self._class_codes(s) for s in ("train", "test")}
+            keep = {s: np.flatnonzero(codes[s] >= 0) for s in codes}
+            labels = {s: codes[s] for s in codes}
+            strata = codes["train"][keep["train"]]
+        kept, held = stratified_split(strata, self.val_fraction, rng)
+        rows = {"train": keep["train"][kept], "val": keep["train"][held], "test": keep["test"]}
+        if self.max_per_class is not None and self.task != "attributes":
+            train_codes = labels["train"][rows["train"]]
+            chosen = []
+            for i, c in enumerate(self.classes):
+                members = np.flatnonzero(train_codes == i)
+                if c != self.target and members.size > self.max_per_class:
+                    members = np.sort(rng.choice(members, self.max_per_class, replace=False))
+                chosen.append(members)
+            rows["train"] = rows["train"][np.sort(np.concatenate(chosen))]
+        for split, split_rows in rows.items():
+            source = "test" if split == "test" else "train"
+            self._splits[split] = {"rows": split_rows, "source": source, "labels": labels[source][split_rows]}
+        y = self._splits["train"]["labels"]
+        if self.task == "attributes":
+            self.class_counts = [int(v) for v in (y == 1).sum(0)]
+            self.sizes = multilabel_sizes(y)
+            return
+        self.class_counts = np.bincount(y, minlength=len(self.classes)).tolist()
+        empty = [c for c, n in zip(self.classes, self.class_counts) if n == 0]
+        if empty:
+            raise ValueError(f"{self.label_files[0]}: no training image of class(es) {empty} (task {self.task!r})")
+        if self.target is None:
+            self.sizes = {"num_samples": int(y.size), "num_classes": len(self.classes), "num_outputs": len(self.classes)}
+        else:
+            positives = self.class_counts[self.classes.index(self.target)]
+            self.sizes = {
+                "num_samples": int(y.size),
+                "num_positives": positives,
+                "num_negatives": int(y.size) - positives,
+                "num_constraints": len(self.protected),
+                "num_outputs": 1,
+            }
+
+    def class_indices(self, split: str = "train") -> dict[str, torch.Tensor]:
+        """``{class: rows of the split}`` (classification tasks): the per-class subsets — the target's data and
+        each protected class's constraint data ``D_k`` of seed 004."""
+        if self.task == "attributes":
+            raise ValueError("class_indices is for the classification tasks (weather, scene, timeofday)")
+        y = torch.from_numpy(self._splits[split]["labels"])
+        return {c: torch.nonzero(y == i).flatten() for i, c in enumerate(self.classes)}
+
+    # ------------------------------------------------------------------ LightningDataModule
+    def prepare_data(self) -> None:
+        """Nothing to download (BDD100K needs registration); the labels were parsed and cached in ``__init__``."""
+
+    def _fields(self, split: str) -> dict[str, torch.Tensor]:
+        labels = torch.from_numpy(np.asarray(self._splits[split]["labels"], dtype=np.int64))
+        if self.task == "attributes" or self.target is None:
+            return {"y": labels, "index": torch.arange(labels.shape[0])}
+        fields = binary_fields(labels, (labels == self.classes.index(self.target)).long())
+        fields["label"] = fields.pop("x")
+        group = torch.full_like(labels, -1)
+        for k, c in enumerate(self.protected):
+            group[labels == self.classes.index(c)] = k
+        fields["group"] = group
+        return fields
+
+    def _dataset(self, split: str) -> ImageFileDataset:
+        info = self._splits[split]
+        source = info["source"]
+        names = np.asarray(self._arrays[f"{source}_name"])[info["rows"]]
+        folder = self.image_dirs["val" if source == "test" else "train"]
+        mean, std = (CLIP_MEAN, CLIP_STD) if self.normalization == "clip" else (IMAGENET_MEAN, IMAGENET_STD)
+        load = ClipImageTransform(self.image_size, augment=self.augment and split == "train")
+        origin = _JsonOrigin(str(self.label_files[0 if source == "train" else 1]), info["rows"])
+        return ImageFileDataset(folder, [str(n) for n in names], self._fields(split), load, mean, std, origin)
+
+    def setup(self, stage: str | None = None) -> None:
+        self.train_dataset = self._dataset("train")
+        self.val_dataset = self._dataset("val")
+        self.test_dataset = self._dataset("test")
+        if self.task == "attributes":
+            self.train_dataset = MultiLabelPairDataset(self.train_dataset, self.train_dataset.fields["y"])
+
+    def _per_block(self, groups: int, what: str) -> int:
+        if self.batch_size % groups:
+            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of {what} ({groups})")
+        return self.batch_size // groups
+
+    def build_train_sampler(self) -> RankAwareBatchSampler:
+        y = torch.from_numpy(np.asarray(self._splits["train"]["labels"], dtype=np.int64))
+        if self.task == "attributes":
+            k = tasks_per_batch_for(self.batch_size, y.shape[1], self.classes_per_batch)
+            block = self.batch_size // k
+            p = block // 2 if self.num_positives is None else int(self.num_positives)
+            return MultiLabelSampler(y, k, p, block - p, self.num_batches, seed=self.seed)
+        if self.target is not None:
+            return DualSampler(y == self.classes.index(self.target), self.batch_size, self.num_positives, num_batches=self.num_batches, seed=self.seed)
+        if self.sampler == "class_balanced":
+            k = self.classes_per_batch or len(self.classes)
+            one_hot = torch.nn.functional.one_hot(y, len(self.classes))
+            return MultiLabelSampler(one_hot, k, self._per_block(k, "classes_per_batch"), 0, self.num_batches, pair_ids=False, seed=self.seed)
+        return UniformBatchSampler(int(y.numel()), self.batch_size, self.num_batches, seed=self.seed)
+
+    def constraint_sampler(
+        self, classes_per_batch: int | None = None, samples_per_class: int = 10, num_batches: int | None = None, seed: int | None = None
+    ) -> MultiLabelSampler:
+        """Batches of the protected classes' training images: ``classes_per_batch`` protected classes (None: all)
+        × ``samples_per_class`` images each, in blocks (DevSafety's ``ClassSampler``); yields rows of
+        ``train_dataset`` (whose ``group`` field gives the constraint of each image)."""
+        if self.target is None or not self.protected:
+            raise ValueError("constraint_sampler needs a target and protected classes")
+        y = torch.from_numpy(np.asarray(self._splits["train"]["labels"], dtype=np.int64))
+        one_hot = torch.stack([(y == self.classes.index(c)).long() for c in self.protected], dim=1)
+        k = classes_per_batch or len(self.protected)
+        return MultiLabelSampler(one_hot, k, samples_per_class, 0, num_batches, pair_ids=False, seed=self.seed if seed is None else seed)
+
+    def constraint_dataloader(self, classes_per_batch: int | None = None, samples_per_class: int = 10, num_batches: int | None = None) -> DataLoader:
+        """A DataLoader of :meth:`constraint_sampler`'s batches over the training images (same fields as training)."""
+        if self.train_dataset is None:
+            self.setup("fit")
+        return self._loader(self.train_dataset, self.constraint_sampler(classes_per_batch, samples_per_class, num_batches), "constraint")
+
+
+# ---------------------------------------------------------------------------------------------- writing the format
+def write_bdd100k(
+    root: str | os.PathLike,
+    frames: dict[str, Sequence[dict[str, str]]] | None = None,
+    num_frames: tuple[int, int] = (60, 20),
+    version: Literal["2018", "2020"] = "2018",
+    image_size: tuple[int, int] = (1280, 720),
+    write_images: bool = True,
+    seed: int = 0,
+) -> Path:
+    """Write a small data set in BDD100K's layout: the labels JSON of ``version`` and JPEG frames under
+    ``images/100k/{train,val}/`` (for tests and loader benchmarks).
+
+    Args:
+        frames: ``{"train": [attributes...], "val": [...]}``, one ``{"weather": ..., "scene": ..., "timeofday": ...}``
+            per frame; None draws ``num_frames`` (train, val) frames with random documented values.
+        image_size: (width, height) of the JPEGs (the release: 1280 × 720).
+        write_images: also write the JPEGs.
+
+    Returns:
+        ``root``.
+    """
+    root = Path(root)
+    rng = np.random.default_rng(seed)
+    from PIL import Image
+
+    if frames is None:
+        frames = {
+            split: [{a: str(rng.choice(ATTRIBUTE_VALUES[a])) for a in ATTRIBUTES} for _ in range(n)]
+            for split, n in zip(("train", "val"), num_frames)
+        }
+    for split, label_file in zip(("train", "val"), _LABEL_FILES[version]):
+        records = []
+        for i, attributes in enumerate(frames[split]):
+            name = f"{split[0]}{seed:02d}{i:06x}-{int(rng.integers(16**8)):08x}.jpg"
+            box = {"x1": 10.0, "y1": 20.0, "x2": 110.5, "y2": 220.25}
+            record: dict[str, Any] = {"name": name, "attributes": dict(attributes), "timestamp": 10000}
+            if version == "2018":
+                record["labels"] = [
+                    {"category": "car", "attributes": {"occluded": False, "truncated": False, "trafficLightColor": "none"}, "manualShape": True, "manualAttributes": True, "box2d": box, "id": 0},
+                    {"category": "drivable area", "attributes": {"areaType": "direct"}, "manualShape": True, "manualAttributes": True, "poly2d": [{"vertices": [[0, 0], [5, 5], [0, 5]], "types": "LLL", "closed": True}], "id": 1},
+                ]
+            else:
+                record.update(videoName=name[:-4], frameIndex=0)
+                if i % 3:  # det_20 frames without objects have no "labels" field
+                    record["labels"] = [{"id": "1", "category": "pedestrian", "attributes": {"occluded": True, "truncated": False, "crowd": False}, "box2d": box}]
+            records.append(record)
+            if write_images:
+                target = root / "images" / "100k" / split / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                # about 70 KB at 1280 × 720 (the release averages about 53 KB: 5.3 GB for 100k frames)
+                Image.fromarray(_noise_image(rng, image_size, 3, grain=3)).save(target, quality=75)
+        (root / "images" / "100k" / split).mkdir(parents=True, exist_ok=True)
+        path = root / label_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(records, indent=None if version == "2018" else 1))
+    return root

@@ -1,0 +1,545 @@
+"""CheXpert chest X-rays (Irvin et al. 2019): the five competition findings, per-label uncertainty policies, one
+binary task per finding or all five as a multi-label problem.
+
+Files (anchor-ecosystem.md §2.4): the release ``CheXpert-v1.0-small`` (or the full ``CheXpert-v1.0``) from
+https://stanfordmlgroup.github.io/competitions/chexpert/ (free registration; no direct download link), extracted
+so that ``root`` is the release folder or its parent::
+
+    CheXpert-v1.0-small/train.csv   223,414 rows           CheXpert-v1.0-small/train/patient00001/study1/view1_frontal.jpg
+    CheXpert-v1.0-small/valid.csv   234 rows (200 studies)  CheXpert-v1.0-small/valid/patient64541/study1/view1_frontal.jpg
+
+CSV columns: ``Path, Sex, Age, Frontal/Lateral, AP/PA`` and 14 observations (``No Finding, Enlarged
+Cardiomediastinum, Cardiomegaly, Lung Opacity, Lung Lesion, Edema, Consolidation, Pneumonia, Atelectasis,
+Pneumothorax, Pleural Effusion, Pleural Other, Fracture, Support Devices``) valued ``1.0`` (positive), ``0.0``
+(negative), ``-1.0`` (uncertain) or blank (not mentioned). ``Path`` starts with the release folder's name
+(``CheXpert-v1.0-small/…``): that first component is replaced by the folder holding the CSV, so the data can live
+anywhere.
+
+Labels (the five competition tasks in LibAUC's and seed 003's order D1–D5): Cardiomegaly, Edema, Consolidation,
+Atelectasis, Pleural Effusion. Each label has an uncertainty policy for ``-1.0``:
+
+* ``"ones"`` (U-Ones): uncertain → 1;  ``"zeros"`` (U-Zeros): uncertain → 0;
+* ``"ignore"`` (U-Ignore): the (image, label) pair is unlabeled: dropped from that label's binary task, ``-1`` in
+  the multi-label matrix (never sampled, excluded from that task's metrics).
+
+Default: U-Ones for Edema and Atelectasis, U-Zeros for the others (LibAUC's recipe, from Irvin et al.'s best
+policy per finding). Blank cells follow ``blank``: ``"zeros"`` (default, LibAUC: not mentioned → negative) or
+``"ignore"``. ``valid.csv`` (expert consensus, no uncertain labels) is the test split, as in LibAUC and seed 003;
+``val_fraction`` of the training patients (default 0.1, seed 003's train / validation 9:1; split by patient so no
+patient is in both — the paper does not say how it split [assumption]) is the validation split.
+
+Images: grayscale JPEG, decoded per image in the DataLoader workers, replicated to 3 channels, resized to
+``image_size`` × ``image_size`` (LibAUC: 320), scaled to [0, 1] and normalized with the ImageNet mean / std.
+Training augmentation (``augment``): LibAUC's ``RandomAffine(degrees=15, translate=(0.05, 0.05),
+scale=(0.95, 1.05))`` before the resize.
+
+Batch fields: ``x`` ``[B, 3, S, S]`` float32 and ``index`` (row in the split), plus
+
+* a binary task (``task="Edema"``): ``y`` ``[B]`` in {0, 1}, ``pos_index``, ``neg_index``
+  (:func:`fccolit.data.binary_fields`), training batches from a :class:`~fccolit.samplers.DualSampler`;
+* ``task="multilabel"``: evaluation batches have ``y`` ``[B, T]`` (1 / 0 / −1 unlabeled); training batches come
+  from a :class:`~fccolit.samplers.multilabel.MultiLabelSampler` (``tasks_per_batch`` tasks × ``num_positives``
+  positives and the rest negatives) through :class:`~fccolit.samplers.multilabel.MultiLabelPairDataset`: ``y``
+  ``[B]`` the label of the position's ``task``, ``labels`` ``[B, T]``, ``pair_index`` / ``pos_index`` /
+  ``neg_index`` the per-(task, sample) state rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from fccolit.data import binary_fields
+from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
+from fccolit.samplers import DualSampler, RankAwareBatchSampler
+from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes
+
+from fccolit.datamodules.base import FCCODataModule
+
+__all__ = [
+    "CheXpertDataModule",
+    "ImageFileDataset",
+    "ChestXrayTransform",
+    "COMPETITION_LABELS",
+    "OBSERVATIONS",
+    "apply_uncertainty",
+    "read_chexpert_csv",
+    "write_chexpert",
+]
+
+CHEXPERT_URL = "https://stanfordmlgroup.github.io/competitions/chexpert/"
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+OBSERVATIONS = (
+    "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
+    "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion", "Pleural Other", "Fracture",
+    "Support Devices",
+)
+#: The five competition findings, in LibAUC's ``train_cols`` order (= seed 003's D1..D5).
+COMPETITION_LABELS = ("Cardiomegaly", "Edema", "Consolidation", "Atelectasis", "Pleural Effusion")
+DEFAULT_UNCERTAINTY = {"Edema": "ones", "Atelectasis": "ones"}  # every other label: "zeros"
+_POLICIES = ("ones", "zeros", "ignore")
+_VALUES = {"1.0": 1.0, "1": 1.0, "0.0": 0.0, "0": 0.0, "-1.0": -1.0, "-1": -1.0, "": math.nan}
+_PATIENT = re.compile(r"patient(\d+)")
+
+
+# ---------------------------------------------------------------------------------------------- image files
+class ImageFileDataset(Dataset):
+    """Images decoded from files, one per row, plus named per-row fields; the batch is a dict of tensors.
+
+    ``__getitems__`` decodes (and augments) each image of the batch with ``load`` (in the DataLoader workers),
+    stacks them and normalizes the batch at once. A missing file raises ``FileNotFoundError`` and an unreadable one
+    ``ValueError``, both naming the file and where it was listed (``origin``).
+
+    Args:
+        root: folder the relative paths start from.
+        paths: ``[N]`` relative paths (str or bytes), ``/``-separated.
+        fields: ``{name: [N, ...] tensor}`` gathered with the batch.
+        load: ``Path -> uint8 tensor [3, S, S]`` (decode, augment, resize); must be picklable for workers.
+        mean, std: per-channel normalization of ``[0, 1]`` pixels.
+        origin: ``row -> str`` saying where a row's path came from (e.g. ``"train.csv line 12"``).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        paths: Sequence[Any],
+        fields: dict[str, torch.Tensor],
+        load: Callable[[Path], torch.Tensor],
+        mean: Sequence[float] = IMAGENET_MEAN,
+        std: Sequence[float] = IMAGENET_STD,
+        origin: Callable[[int], str] | None = None,
+    ) -> None:
+        self.root, self.paths, self.fields, self.load, self.origin = Path(root), paths, fields, load, origin
+        for name, value in fields.items():
+            if value.shape[0] != len(paths):
+                raise ValueError(f"field {name!r} has {value.shape[0]} rows, there are {len(paths)} paths")
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def path(self, i: int) -> Path:
+        rel = self.paths[i]
+        rel = rel.decode() if isinstance(rel, (bytes, np.bytes_)) else str(rel)
+        return self.root.joinpath(*rel.split("/"))
+
+    def _where(self, i: int) -> str:
+        return f" (listed in {self.origin(i)})" if self.origin is not None else ""
+
+    def image(self, i: int) -> torch.Tensor:
+        path = self.path(i)
+        try:
+            return self.load(path)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"image not found: {path}{self._where(i)}") from err
+        except (OSError, ValueError, SyntaxError) as err:  # PIL: UnidentifiedImageError, truncated files, ...
+            raise ValueError(f"cannot read image {path}{self._where(i)}: {type(err).__name__}: {err}") from err
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {k: v[0] for k, v in self.__getitems__([i]).items()}
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        x = torch.stack([self.image(int(i)) for i in idx])
+        x = x.float().div_(255.0).sub_(self.mean).div_(self.std)
+        return {"x": x, **{k: v.index_select(0, idx) for k, v in self.fields.items()}}
+
+
+class ChestXrayTransform:
+    """LibAUC's CheXpert image pipeline: grayscale → (training) ``RandomAffine(±15°, translate 0.05, scale
+    0.95–1.05)`` → resize to ``size × size`` → 3 channels. Returns uint8 ``[3, size, size]``.
+
+    JPEG decoding uses PIL's draft mode (DCT scaling to at least ``size``), which makes the full-resolution
+    ``CheXpert-v1.0`` images cheap to read; the ``-small`` images are decoded as they are.
+    """
+
+    def __init__(self, size: int = 320, augment: bool = False) -> None:
+        self.size, self.augment = int(size), augment
+        self._affine = None
+
+    def __call__(self, path: Path) -> torch.Tensor:
+        from PIL import Image
+
+        with Image.open(path) as img:
+            img.draft("L", (self.size, self.size))
+            img = img.convert("L")
+        if self.augment:
+            if self._affine is None:
+                from torchvision.transforms import InterpolationMode, v2
+
+                self._affine = v2.RandomAffine(degrees=15, translate=(0.05, 0.05), scale=(0.95, 1.05), interpolation=InterpolationMode.BILINEAR)
+            img = self._affine(img)
+        img = img.resize((self.size, self.size), Image.BILINEAR)
+        return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).unsqueeze(0).expand(3, -1, -1)
+
+
+# ---------------------------------------------------------------------------------------------- the CSV files
+def read_chexpert_csv(path: str | os.PathLike, labels: Sequence[str]) -> dict[str, np.ndarray]:
+    """Parse a CheXpert ``train.csv`` / ``valid.csv``.
+
+    Returns:
+        ``path`` ``[n]`` bytes (the ``Path`` column), ``line`` ``[n]`` int32 (1-based line of the row),
+        ``frontal`` ``[n]`` bool (``Frontal/Lateral == "Frontal"``), ``raw`` ``[n, T]`` float32 of the ``labels``
+        columns: 1, 0, −1 (uncertain) or NaN (blank).
+    """
+    path = Path(path)
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise ValueError(f"{path}: empty file (expected a header line starting with 'Path')")
+        header = [h.strip() for h in header]
+        needed = ["Path", "Frontal/Lateral", *labels]
+        missing = [c for c in needed if c not in header]
+        if missing:
+            raise ValueError(f"{path} line 1: missing column(s) {missing}; the header has {header}")
+        col = {c: header.index(c) for c in needed}
+        paths, lines, frontal, raw = [], [], [], []
+        for row in reader:
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            line = reader.line_num
+            if len(row) != len(header):
+                raise ValueError(f"{path} line {line}: {len(row)} fields, the header has {len(header)}")
+            if not row[col["Path"]].strip():
+                raise ValueError(f"{path} line {line}: field 'Path' is empty")
+            values = []
+            for name in labels:
+                cell = row[col[name]].strip()
+                if cell not in _VALUES:
+                    raise ValueError(
+                        f"{path} line {line}: field '{name}' is {cell!r}; CheXpert labels are 1.0, 0.0, -1.0 or blank"
+                    )
+                values.append(_VALUES[cell])
+            view = row[col["Frontal/Lateral"]].strip()
+            if view not in ("Frontal", "Lateral"):
+                raise ValueError(f"{path} line {line}: field 'Frontal/Lateral' is {view!r}, expected 'Frontal' or 'Lateral'")
+            paths.append(row[col["Path"]].strip().encode())
+            lines.append(line)
+            frontal.append(view == "Frontal")
+            raw.append(values)
+    return {
+        "path": np.asarray(paths, dtype=bytes) if paths else np.zeros(0, dtype="S1"),
+        "line": np.asarray(lines, dtype=np.int32),
+        "frontal": np.asarray(frontal, dtype=bool),
+        "raw": np.asarray(raw, dtype=np.float32).reshape(len(paths), len(labels)),
+    }
+
+
+def apply_uncertainty(raw: np.ndarray, policies: Sequence[str], blank: str = "zeros") -> np.ndarray:
+    """Map raw CheXpert labels ``[n, T]`` (1, 0, −1, NaN) to ``[n, T]`` int8 in {1, 0, −1 = unlabeled}.
+
+    ``policies[t]`` maps −1 of label ``t``: ``"ones"`` → 1, ``"zeros"`` → 0, ``"ignore"`` → −1; ``blank`` maps
+    NaN: ``"zeros"`` → 0, ``"ignore"`` → −1.
+    """
+    out = np.where(raw == 1, 1, 0).astype(np.int8)
+    fill = {"ones": 1, "zeros": 0, "ignore": -1}
+    for t, policy in enumerate(policies):
+        out[raw[:, t] == -1, t] = fill[policy]
+    out[np.isnan(raw)] = fill[blank]
+    return out
+
+
+def _strip_release_prefix(rel: bytes) -> bytes:
+    parts = rel.replace(b"\\", b"/").split(b"/")
+    if parts and parts[0].startswith(b"CheXpert-v1.0"):
+        parts = parts[1:]
+    return b"/".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------- the DataModule
+class CheXpertDataModule(FCCODataModule):
+    """CheXpert with per-label uncertainty policies; one finding as a binary task, or all as a multi-label one
+    (see the module docstring for the files, the policies and the batch fields).
+
+    The CSVs are parsed once into a cache (``<cache_dir>/chexpert-<hash>/``, keyed by the CSV files and the label
+    columns); policies, filters and splits are applied in ``__init__``, so :attr:`sizes` exists right after
+    construction. Images are checked when they are read (a missing or unreadable image names the file and its CSV
+    line); ``verify_images=True`` checks that every listed file exists up front.
+
+    Args:
+        root: the release folder (holding ``train.csv``) or its parent.
+        labels: the label columns (default: the five competition findings).
+        uncertainty: ``{label: "ones" | "zeros" | "ignore"}`` for ``-1.0``; labels it does not name keep the default
+            (U-Ones for Edema and Atelectasis, U-Zeros for the others).
+        blank: ``"zeros"`` or ``"ignore"`` for blank cells.
+        frontal_only: keep frontal views only (LibAUC, seed 003).
+        task: a label name (binary task) or ``"multilabel"`` (all ``labels``).
+        val_fraction: share of the training patients held out for validation.
+        image_size: S, images are resized to S × S (LibAUC: 320).
+        augment: random affine augmentation for training.
+        batch_size: global training batch size.
+        num_positives: positives per batch (binary task) or per task of a batch (multi-label); None: half.
+        tasks_per_batch: multi-label: tasks per batch K, a divisor of ``batch_size`` (None: the largest divisor of
+            ``batch_size`` up to the number of tasks, e.g. 4 of the 5 tasks for a batch of 32).
+        num_batches: batches per epoch (None: the sampler's default).
+        seed: seeds the split and the sampler.
+        verify_images: check that every image file exists in ``setup``.
+        num_workers, eval_batch_size: DataLoader workers and evaluation batch size.
+        cache_dir: folder of the cache entries.
+
+    Attributes:
+        data_dir: the release folder; task_names: the label of each output; positives_per_task: training positives.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        labels: Sequence[str] = COMPETITION_LABELS,
+        uncertainty: dict[str, str] | None = None,
+        blank: Literal["zeros", "ignore"] = "zeros",
+        frontal_only: bool = True,
+        task: str = "multilabel",
+        val_fraction: float = 0.1,
+        image_size: int = 320,
+        augment: bool = True,
+        batch_size: int = 32,
+        num_positives: int | None = None,
+        tasks_per_batch: int | None = None,
+        num_batches: int | None = None,
+        seed: int = 0,
+        verify_images: bool = False,
+        num_workers: int = 0,
+        eval_batch_size: int = 64,
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
+        self.labels = [str(l) for l in labels]
+        unknown = [l for l in self.labels if l not in OBSERVATIONS]
+        if unknown or not self.labels or len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"labels must be distinct CheXpert observations {list(OBSERVATIONS)}, got {list(labels)}")
+        given = dict(uncertainty or {})
+        bad = {k: v for k, v in given.items() if k not in self.labels or v not in _POLICIES}
+        if bad:
+            raise ValueError(f"uncertainty: each key must be one of labels {self.labels} and each value one of {_POLICIES}; got {bad}")
+        # a label the dict does not name keeps the default policy (U-Ones: Edema, Atelectasis; U-Zeros: the others)
+        self.policies = [given.get(l, DEFAULT_UNCERTAINTY.get(l, "zeros")) for l in self.labels]
+        if blank not in ("zeros", "ignore"):
+            raise ValueError(f"blank must be 'zeros' or 'ignore', got {blank!r}")
+        if task != "multilabel" and task not in self.labels:
+            raise ValueError(f"task must be 'multilabel' or one of labels {self.labels}, got {task!r}")
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        self.blank, self.frontal_only, self.task, self.val_fraction = blank, frontal_only, task, val_fraction
+        self.image_size, self.augment, self.verify_images = int(image_size), augment, verify_images
+        self.batch_size, self.num_positives, self.num_batches, self.seed = batch_size, num_positives, num_batches, seed
+        self.task_names = self.labels if task == "multilabel" else [task]
+        self.tasks_per_batch = tasks_per_batch_for(batch_size, len(self.task_names), tasks_per_batch)
+
+        self.data_dir = self._find_data_dir(Path(root))
+        files = [self.data_dir / "train.csv", self.data_dir / "valid.csv"]
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(self.data_dir)
+        key = cache_key(files, {"reader": "chexpert-csv", "labels": self.labels}, prefix="chexpert")
+        self._arrays = cached_arrays(self.cache_dir, key, self._read)
+        self._build_splits()
+
+    # ------------------------------------------------------------------ files
+    @staticmethod
+    def _find_data_dir(root: Path) -> Path:
+        for folder in (root, root / "CheXpert-v1.0-small", root / "CheXpert-v1.0"):
+            if (folder / "train.csv").is_file():
+                if not (folder / "valid.csv").is_file():
+                    raise FileNotFoundError(f"CheXpert file not found: {folder / 'valid.csv'} (the test split; it ships with train.csv)")
+                return folder
+        raise FileNotFoundError(
+            f"CheXpert file not found: {root / 'train.csv'} (nor in {root / 'CheXpert-v1.0-small'} or "
+            f"{root / 'CheXpert-v1.0'}). CheXpert needs a free registration at {CHEXPERT_URL}; download "
+            "CheXpert-v1.0-small.zip and extract it into the folder you pass as root."
+        )
+
+    def _read(self) -> dict[str, np.ndarray]:
+        out = {}
+        for split, name in (("train", "train.csv"), ("test", "valid.csv")):
+            for k, v in read_chexpert_csv(self.data_dir / name, self.labels).items():
+                out[f"{split}_{k}"] = v
+        return out
+
+    # ------------------------------------------------------------------ the protocol
+    def _build_splits(self) -> None:
+        a = self._arrays
+        self._splits: dict[str, dict[str, np.ndarray]] = {}
+        for split in ("train", "test"):
+            keep = np.asarray(a[f"{split}_frontal"]) if self.frontal_only else np.ones(len(a[f"{split}_line"]), dtype=bool)
+            rows = np.flatnonzero(keep)
+            labels = apply_uncertainty(np.asarray(a[f"{split}_raw"])[rows], self.policies, self.blank)
+            if self.task != "multilabel":
+                column = self.labels.index(self.task)
+                labelled = labels[:, column] >= 0
+                rows, labels = rows[labelled], labels[labelled][:, [column]]
+            self._splits[split] = {"rows": rows, "labels": labels}
+        # validation: whole patients of the training CSV
+        train = self._splits.pop("train")
+        paths = np.asarray(self._arrays["train_path"])[train["rows"]]
+        patients = np.asarray([self._patient(p, i) for i, p in enumerate(paths)])
+        unique = np.unique(patients)
+        rng = np.random.default_rng([int(self.seed), 0xC4E5])
+        held = rng.permutation(unique)[: int(round(self.val_fraction * unique.size))]
+        is_val = np.isin(patients, held)
+        for split, mask in (("train", ~is_val), ("val", is_val)):
+            self._splits[split] = {"rows": train["rows"][mask], "labels": train["labels"][mask], "source": "train"}
+        self._splits["test"]["source"] = "test"
+        y = self._splits["train"]["labels"]
+        if self.task == "multilabel":
+            self.sizes = multilabel_sizes(y)
+            self.positives_per_task = [int(v) for v in (y == 1).sum(0)]
+        else:
+            positives = int((y == 1).sum())
+            if not 0 < positives < len(y):
+                raise ValueError(
+                    f"{self.data_dir / 'train.csv'}: the training split of task {self.task!r} has {positives} positives "
+                    f"of {len(y)} images; it needs both classes"
+                )
+            self.sizes = {"num_samples": len(y), "num_positives": positives, "num_negatives": len(y) - positives, "num_outputs": 1}
+            self.positives_per_task = [positives]
+
+    @staticmethod
+    def _patient(path: bytes, i: int) -> str:
+        m = _PATIENT.search(path.decode(errors="replace"))
+        return m.group(0) if m else f"row{i}"
+
+    # ------------------------------------------------------------------ LightningDataModule
+    def prepare_data(self) -> None:
+        """Nothing to download (CheXpert needs registration); the CSVs were parsed and cached in ``__init__``."""
+
+    def _dataset(self, split: str) -> ImageFileDataset:
+        info = self._splits[split]
+        source = info["source"]
+        csv_name = "train.csv" if source == "train" else "valid.csv"
+        rel = [_strip_release_prefix(bytes(p)) for p in np.asarray(self._arrays[f"{source}_path"])[info["rows"]]]
+        lines = np.asarray(self._arrays[f"{source}_line"])[info["rows"]]
+        labels = torch.from_numpy(info["labels"].astype(np.int64))
+        if self.task == "multilabel":
+            fields = {"y": labels, "index": torch.arange(labels.shape[0])}
+        else:
+            fields = binary_fields(torch.empty(labels.shape[0], 0), labels[:, 0])
+            del fields["x"]
+        load = ChestXrayTransform(self.image_size, augment=self.augment and split == "train")
+        origin = _CsvOrigin(str(self.data_dir / csv_name), lines)
+        dataset = ImageFileDataset(self.data_dir, rel, fields, load, IMAGENET_MEAN, IMAGENET_STD, origin)
+        if self.verify_images:
+            missing = [i for i in range(len(dataset)) if not dataset.path(i).is_file()]
+            if missing:
+                i = missing[0]
+                raise FileNotFoundError(f"{len(missing)} image(s) of the {split} split not found, e.g. {dataset.path(i)} (listed in {origin(i)})")
+        return dataset
+
+    def setup(self, stage: str | None = None) -> None:
+        self.train_dataset = self._dataset("train")
+        self.val_dataset = self._dataset("val")
+        self.test_dataset = self._dataset("test")
+        if self.task == "multilabel":
+            self.train_dataset = MultiLabelPairDataset(self.train_dataset, self.train_dataset.fields["y"])
+
+    def build_train_sampler(self) -> RankAwareBatchSampler:
+        y = torch.from_numpy(self._splits["train"]["labels"].astype(np.int64))
+        if self.task != "multilabel":
+            return DualSampler(y[:, 0], self.batch_size, self.num_positives, num_batches=self.num_batches, seed=self.seed)
+        block = self.batch_size // self.tasks_per_batch
+        positives = block // 2 if self.num_positives is None else int(self.num_positives)
+        return MultiLabelSampler(y, self.tasks_per_batch, positives, block - positives, self.num_batches, seed=self.seed)
+
+
+def tasks_per_batch_for(batch_size: int, num_tasks: int, given: int | None) -> int:
+    """Tasks per multi-label batch: ``given`` (checked to divide ``batch_size``), or the largest divisor of
+    ``batch_size`` that is at most ``num_tasks``."""
+    if given is None:
+        return max(k for k in range(1, num_tasks + 1) if batch_size % k == 0)
+    if not 1 <= int(given) <= num_tasks or batch_size % int(given):
+        raise ValueError(f"tasks_per_batch must divide batch_size ({batch_size}) and be between 1 and {num_tasks}, got {given}")
+    return int(given)
+
+
+class _CsvOrigin:
+    """``row -> "file line k"`` (picklable for DataLoader workers)."""
+
+    def __init__(self, name: str, lines: np.ndarray) -> None:
+        self.name, self.lines = name, np.asarray(lines)
+
+    def __call__(self, i: int) -> str:
+        return f"{self.name} line {int(self.lines[i])}"
+
+
+# ---------------------------------------------------------------------------------------------- writing the format
+def _noise_image(rng: np.random.Generator, size: tuple[int, int], channels: int, grain: int = 8) -> np.ndarray:
+    """A smooth random image (upsampled coarse noise plus ±``grain`` grain): JPEG sizes and decode times of the order
+    of the releases' (CheXpert-small: about 30 KB here, 50 KB on average in the release)."""
+    from PIL import Image
+
+    w, h = size
+    coarse = rng.integers(0, 256, (max(2, h // 32), max(2, w // 32), channels), dtype=np.uint8)
+    img = Image.fromarray(coarse.squeeze(-1) if channels == 1 else coarse).resize((w, h), Image.BILINEAR)
+    arr = np.asarray(img, dtype=np.int16) + rng.integers(-grain, grain + 1, (h, w) if channels == 1 else (h, w, channels))
+    return np.clip(arr, 0, 255).astype(np.uint8)
+
+
+def write_chexpert(
+    root: str | os.PathLike,
+    num_patients: int = 12,
+    num_valid_patients: int = 4,
+    studies_per_patient: int = 2,
+    image_size: tuple[int, int] = (390, 320),
+    labels: dict[str, Sequence[float]] | None = None,
+    folder: str = "CheXpert-v1.0-small",
+    seed: int = 0,
+) -> tuple[Path, list[dict[str, str]]]:
+    """Write a small data set in CheXpert's exact layout: ``root/<folder>/{train,valid}.csv`` and grayscale JPEGs
+    ``root/<folder>/{train,valid}/patientNNNNN/studyK/view1_frontal.jpg`` (plus a lateral view for every other
+    study). For tests and loader benchmarks.
+
+    Training labels are drawn from {1.0, 0.0, -1.0, blank}; validation labels from {1.0, 0.0} (like the release).
+
+    Args:
+        image_size: (width, height) of the JPEGs (the -small release: about 390 × 320).
+        labels: optional fixed values per observation for the training rows, cycled (NaN writes a blank cell).
+
+    Returns:
+        (the release folder, the training rows as written: dicts of column → cell text).
+    """
+    rng = np.random.default_rng(seed)
+    base = Path(root) / folder
+    header = ["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA", *OBSERVATIONS]
+    written: list[dict[str, str]] = []
+    from PIL import Image
+
+    def cell(value: float) -> str:
+        return "" if isinstance(value, float) and math.isnan(value) else f"{float(value):.1f}"
+
+    for split, patients, first in (("train", num_patients, 1), ("valid", num_valid_patients, 64541)):
+        rows = []
+        for p in range(patients):
+            for s in range(1, studies_per_patient + 1):
+                views = [("view1_frontal.jpg", "Frontal", "AP" if rng.random() < 0.7 else "PA")]
+                if s % 2 == 0:
+                    views.append(("view2_lateral.jpg", "Lateral", ""))
+                for name, view, appa in views:
+                    rel = f"{folder}/{split}/patient{first + p:05d}/study{s}/{name}"
+                    target = Path(root) / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    Image.fromarray(_noise_image(rng, image_size, 1)).save(target, quality=90)
+                    row = {"Path": rel, "Sex": "Male" if rng.random() < 0.5 else "Female", "Age": str(int(rng.integers(18, 90))), "Frontal/Lateral": view, "AP/PA": appa}
+                    for obs in OBSERVATIONS:
+                        if split == "train" and labels is not None and obs in labels:
+                            values = labels[obs]
+                            row[obs] = cell(values[len(rows) % len(values)])
+                        elif split == "train":
+                            row[obs] = ["1.0", "0.0", "-1.0", ""][int(rng.choice(4, p=[0.25, 0.25, 0.15, 0.35]))]
+                        else:
+                            row[obs] = "1.0" if rng.random() < 0.35 else "0.0"
+                    rows.append(row)
+        with open(base / f"{split}.csv", "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+        if split == "train":
+            written = rows
+    return base, written

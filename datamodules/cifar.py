@@ -1,0 +1,563 @@
+"""CIFAR-10 / CIFAR-100, long-tailed (LDAM protocol) and the binary imbalanced tasks of seeds 002 and 003.
+
+Files: the python version of CIFAR as distributed by its author, https://www.cs.toronto.edu/~kriz/cifar.html
+(``cifar-10-python.tar.gz`` / ``cifar-100-python.tar.gz``), extracted into ``root``::
+
+    root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}
+    root/cifar-100-python/{train, test, meta}
+
+Each file is a pickled dict written by Python 2 (keys are ``str`` with ``encoding="latin1"``, ``bytes`` with
+``encoding="bytes"``; both are accepted, as are files re-saved from Python 3 with either key type): ``data`` is a
+``[n, 3072]`` uint8 array, each row 1024 red, then 1024 green, then 1024 blue values of a 32×32 image in row-major
+order; ``labels`` (CIFAR-10) or ``fine_labels`` / ``coarse_labels`` (CIFAR-100) are lists of ints; the meta file has
+``label_names`` / ``fine_label_names``. ``download=True`` fetches and extracts the archive with torchvision's
+downloader (never used by the tests).
+
+Long tail (Cao et al. 2019, LDAM-DRW, ``imbalance_cifar.py``; anchor-ecosystem.md §2.5): with ``C`` classes,
+``n_max = N_train / C`` and ``ρ = imb_factor``, class ``i`` keeps ``⌊n_max · (1/ρ)^{i/(C−1)}⌋`` images
+(``profile="exp"``; class 0 is the head) or ``n_max`` for the first ``C/2`` classes and ``⌊n_max / ρ⌋`` for the
+others (``"step"``). Which images: ``np.random.seed(seed)`` once, then for each class in label order shuffle its
+indices and keep the first ``n_i`` — reproduced bit for bit (``seed=0`` is LDAM's ``rand_number=0``). CIFAR-10 at
+ρ = 100: ``[5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]`` (12,406 images). The test set stays the
+balanced original.
+
+Tasks:
+
+* ``"multiclass"``: the long-tailed C-class problem; ``y`` is the class.
+* ``"one_vs_rest"`` (seed 003 §3.4, "binary CIFAR-10-LT"): ``positive_classes`` (default ``["cat"]``, class 3)
+  against the rest, on the long-tailed set: 1077 positives and 11,329 negatives at ρ = 100.
+* ``"binary_imbalanced"`` (seed 002 §3.1): half of the classes positive, then ``1 − positive_keep`` (98%) of the
+  positive training images removed at random; the test set unchanged (50% positive). Which half the paper does
+  not say: the default is the upper half, classes ``C/2 … C−1``, as LibAUC's ``ImbalancedDataGenerator`` (the
+  SOAP code the paper follows) [assumption]. CIFAR-10: 500 positives and 25,000 negatives before the split.
+
+Validation: ``val_fraction`` of the (long-tailed, reduced) training set, seeded and stratified by the task's label
+(the class; positive / negative for the binary tasks). Defaults follow each protocol: 0.2 for
+``binary_imbalanced`` (seed 002: train / validation 4:1), 0.1 for ``one_vs_rest`` (seed 003: 9:1, whose paper
+reports the 9:1 split as its "testing set"; the balanced official test set is the ``test`` split here), 0 for
+``multiclass`` (LDAM has no validation split; the validation loader then uses the test set).
+
+Augmentation (training only, ``augment=True``): LDAM's ``RandomCrop(32, padding=4)`` (zero padding) and
+``RandomHorizontalFlip``, then normalization with mean ``(0.4914, 0.4822, 0.4465)`` and std
+``(0.2023, 0.1994, 0.2010)`` for every split. It runs batched in ``__getitems__`` on the uint8 images (in the
+DataLoader workers), drawing from torch's random generator.
+
+Batch fields: ``x`` ``[B, 3, 32, 32]`` float32; binary tasks add those of :func:`fccolit.data.binary_fields`
+(``y`` in {0, 1}, ``index``, ``pos_index``, ``neg_index``) and the original class as ``label``, with training
+batches from a :class:`~fccolit.samplers.DualSampler`; the multi-class task has ``y`` (the class) and ``index``,
+with shuffled training batches (:class:`~fccolit.samplers.uniform.UniformBatchSampler`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import struct
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from fccolit.data import binary_fields
+from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
+from fccolit.samplers import DualSampler, RankAwareBatchSampler
+from fccolit.samplers.uniform import UniformBatchSampler
+
+from fccolit.datamodules.base import FCCODataModule
+
+__all__ = [
+    "CIFARLTDataModule",
+    "ImageArrayDataset",
+    "long_tail_counts",
+    "long_tail_indices",
+    "read_cifar_batch",
+    "stratified_split",
+    "write_cifar",
+]
+
+CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.2023, 0.1994, 0.2010)
+
+_SPECS: dict[str, dict[str, Any]] = {
+    "cifar10": {
+        "folder": "cifar-10-batches-py",
+        "archive": "cifar-10-python.tar.gz",
+        "train": [f"data_batch_{i}" for i in range(1, 6)],
+        "test": ["test_batch"],
+        "meta": "batches.meta",
+        "label_key": "labels",
+        "names_key": "label_names",
+        "num_classes": 10,
+    },
+    "cifar100": {
+        "folder": "cifar-100-python",
+        "archive": "cifar-100-python.tar.gz",
+        "train": ["train"],
+        "test": ["test"],
+        "meta": "meta",
+        "label_key": "fine_labels",
+        "names_key": "fine_label_names",
+        "num_classes": 100,
+    },
+}
+_TASKS = ("multiclass", "one_vs_rest", "binary_imbalanced")
+_DEFAULT_VAL = {"multiclass": 0.0, "one_vs_rest": 0.1, "binary_imbalanced": 0.2}
+
+
+# ---------------------------------------------------------------------------------------------- reading the pickles
+def _load_pickle(path: Path) -> dict[str, Any]:
+    """A CIFAR pickle as a dict with ``str`` keys (Python 2 files and re-saved Python 3 files alike)."""
+    try:
+        with open(path, "rb") as f:
+            obj = pickle.load(f, encoding="latin1")
+    except Exception as err:  # noqa: BLE001 - truncated, not a pickle, ...: name the file
+        raise ValueError(f"{path}: not a readable CIFAR python pickle ({type(err).__name__}: {err})") from err
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: a CIFAR pickle holds a dict, this one holds {type(obj).__name__}")
+    return {k.decode("latin1") if isinstance(k, bytes) else str(k): v for k, v in obj.items()}
+
+
+def _field(obj: dict[str, Any], key: str, path: Path) -> Any:
+    if key not in obj:
+        raise ValueError(f"{path}: missing key '{key}' (keys found: {sorted(obj)})")
+    return obj[key]
+
+
+def read_cifar_batch(path: str | os.PathLike, label_key: str = "labels") -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR data file.
+
+    Returns:
+        ``images`` ``[n, 32, 32, 3]`` uint8 (HWC, as torchvision decodes them) and ``labels`` ``[n]`` int64.
+    """
+    path = Path(path)
+    obj = _load_pickle(path)
+    data = np.asarray(_field(obj, "data", path))
+    labels = _field(obj, label_key, path)
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+        raise ValueError(f"{path}: field 'data' must be a [n, 3072] uint8 array, got {data.dtype} {data.shape}")
+    try:
+        labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path}: field '{label_key}' must be a list of integers ({err})") from err
+    if labels.shape[0] != data.shape[0]:
+        raise ValueError(f"{path}: field '{label_key}' has {labels.shape[0]} labels for {data.shape[0]} images")
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
+
+
+def _read_names(path: Path, key: str) -> list[str]:
+    names = _field(_load_pickle(path), key, path)
+    return [n.decode("latin1") if isinstance(n, bytes) else str(n) for n in names]
+
+
+# ---------------------------------------------------------------------------------------------- the long tail
+def long_tail_counts(num_per_class: float, num_classes: int, imb_factor: float, profile: str = "exp") -> list[int]:
+    """Images kept per class by LDAM's ``get_img_num_per_cls``.
+
+    Args:
+        num_per_class: ``n_max = N_train / C`` (5000 for CIFAR-10, 500 for CIFAR-100).
+        num_classes: C.
+        imb_factor: ρ ≥ 1, the ratio of the largest to the smallest class (LDAM passes 1/ρ).
+        profile: ``"exp"`` (``⌊n_max (1/ρ)^{i/(C−1)}⌋``) or ``"step"`` (``n_max`` for the first ⌊C/2⌋ classes,
+            ``⌊n_max / ρ⌋`` for the rest).
+    """
+    if imb_factor < 1:
+        raise ValueError(f"imb_factor is ρ = largest / smallest class, at least 1, got {imb_factor}")
+    ratio = 1.0 / float(imb_factor)
+    if profile == "exp":
+        return [int(num_per_class * ratio ** (i / (num_classes - 1.0))) for i in range(num_classes)]
+    if profile == "step":
+        half = num_classes // 2
+        return [int(num_per_class)] * half + [int(num_per_class * ratio)] * (num_classes - half)
+    raise ValueError(f"profile must be 'exp' or 'step', got {profile!r}")
+
+
+def long_tail_indices(labels: np.ndarray, counts: Sequence[int], seed: int = 0) -> np.ndarray:
+    """Rows kept for the long tail, in LDAM's order (class by class): ``np.random.seed(seed)`` once, then for each
+    class (ascending) shuffle its row indices and keep the first ``counts[c]``."""
+    rng = np.random.RandomState(seed)  # the same stream as np.random.seed(seed) + np.random.shuffle
+    labels = np.asarray(labels)
+    kept = []
+    for c in np.unique(labels):
+        rows = np.where(labels == c)[0]
+        if counts[c] > rows.size:
+            raise ValueError(f"class {c} has {rows.size} training images, the long-tail profile asks for {counts[c]}")
+        rng.shuffle(rows)
+        kept.append(rows[: counts[c]])
+    return np.concatenate(kept)
+
+
+def stratified_split(groups: np.ndarray, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``(kept, held_out)`` of ``groups`` (e.g. class labels): ``round(fraction · n_g)`` of each group
+    at random are held out; both outputs sorted."""
+    held = []
+    for g in np.unique(groups):
+        members = np.flatnonzero(groups == g)
+        held.append(rng.permutation(members)[: int(round(fraction * members.size))])
+    held_out = np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
+    kept = np.setdiff1d(np.arange(groups.size), held_out)
+    return kept, held_out
+
+
+# ---------------------------------------------------------------------------------------------- batched images
+class ImageArrayDataset(Dataset):
+    """Images stored as a uint8 array (e.g. memory-mapped) plus named per-row fields; a batch is decoded,
+    augmented and normalized at once in ``__getitems__``.
+
+    Args:
+        images: ``[M, H, W, 3]`` uint8 (a split refers to its rows through ``rows``).
+        rows: ``[N]`` rows of ``images`` making up this split.
+        fields: ``{name: [N] tensor}`` gathered with the batch (``y``, ``index``, ...).
+        augment: random crop with zero padding (``padding``) and horizontal flip.
+        mean, std: per-channel normalization of ``[0, 1]`` pixels.
+    """
+
+    def __init__(
+        self,
+        images: np.ndarray,
+        rows: np.ndarray,
+        fields: dict[str, torch.Tensor],
+        augment: bool = False,
+        mean: Sequence[float] = CIFAR_MEAN,
+        std: Sequence[float] = CIFAR_STD,
+        padding: int = 4,
+    ) -> None:
+        self.images, self.rows = images, np.asarray(rows, dtype=np.int64)
+        self.fields = fields
+        for name, value in fields.items():
+            if value.shape[0] != self.rows.size:
+                raise ValueError(f"field {name!r} has {value.shape[0]} rows, the split {self.rows.size}")
+        self.augment, self.padding = augment, int(padding)
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {k: v[0] for k, v in self.__getitems__([i]).items()}
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        pixels = np.ascontiguousarray(self.images[self.rows[idx.numpy()]])
+        x = torch.from_numpy(pixels).permute(0, 3, 1, 2)  # [B, 3, H, W] uint8
+        if self.augment:
+            x = random_crop_flip(x, self.padding)
+        x = x.float().div_(255.0).sub_(self.mean).div_(self.std)
+        return {"x": x, **{k: v.index_select(0, idx) for k, v in self.fields.items()}}
+
+
+def random_crop_flip(x: torch.Tensor, padding: int = 4) -> torch.Tensor:
+    """``RandomCrop(H, padding)`` with zero fill and ``RandomHorizontalFlip(0.5)`` per image of a batch ``[B, C, H, W]``."""
+    b, c, h, w = x.shape
+    padded = torch.nn.functional.pad(x, (padding, padding, padding, padding))
+    top = torch.randint(0, 2 * padding + 1, (b,))
+    left = torch.randint(0, 2 * padding + 1, (b,))
+    rows = (top[:, None] + torch.arange(h))[:, None, :, None]
+    cols = (left[:, None] + torch.arange(w))[:, None, None, :]
+    out = padded[torch.arange(b)[:, None, None, None], torch.arange(c)[None, :, None, None], rows, cols]
+    flip = torch.rand(b) < 0.5
+    return torch.where(flip[:, None, None, None], out.flip(-1), out)
+
+
+# ---------------------------------------------------------------------------------------------- the DataModule
+class CIFARLTDataModule(FCCODataModule):
+    """CIFAR-10/100 with the long-tailed training set of LDAM and the binary tasks of seeds 002 and 003 (see the
+    module docstring for the protocols).
+
+    The decoded arrays are cached once (``<cache_dir>/<dataset>-<hash>/``, memory-mappable, keyed by the files);
+    the long tail, the binary labels and the splits are recomputed from them in ``__init__`` (milliseconds), so
+    :attr:`sizes` and :attr:`class_counts` exist right after construction.
+
+    Args:
+        root: folder holding ``cifar-10-batches-py/`` or ``cifar-100-python/`` (or that folder itself).
+        dataset: ``"cifar10"`` or ``"cifar100"``.
+        imb_factor: ρ, largest / smallest class (None: 100 for ``multiclass`` and ``one_vs_rest``, the LDAM /
+            seed-003 setting; 1, no long tail, for ``binary_imbalanced``, which is built from the full set).
+        profile: ``"exp"`` or ``"step"``.
+        task: ``"multiclass"``, ``"one_vs_rest"`` or ``"binary_imbalanced"``.
+        positive_classes: the positive classes of a binary task, as indices or names (None: ``["cat"]`` for
+            ``one_vs_rest`` on CIFAR-10, which has no default on CIFAR-100; the upper half for ``binary_imbalanced``).
+        positive_keep: ``binary_imbalanced``: share of the positive training images kept (seed 002: 0.02).
+        val_fraction: validation share of the training set (None: the task's protocol, see the module docstring).
+        augment: random crop and flip for training.
+        batch_size: global training batch size.
+        num_positives: binary tasks: positives per batch (None: half the batch, the dual sampler's default).
+        num_batches: batches per epoch (None: one pass over the negatives (binary tasks) or the training set).
+        seed: the long-tail selection (LDAM's ``rand_number``), the split, the dropping of positives and the sampler.
+        download: fetch and extract the archive with torchvision's downloader when the files are missing.
+        num_workers, eval_batch_size: DataLoader workers and evaluation batch size.
+        cache_dir: folder of the cache entries (None: ``root/.fccolit-cache`` or ``~/.cache/fccolit``).
+
+    Attributes:
+        class_names: the C class names; class_counts: training images per class after the long tail (and, for
+        ``binary_imbalanced``, the dropping of positives), before the validation split; positive_classes: indices;
+        rows: ``{split: rows of the original training (test) arrays}``: training rows in LDAM's class-by-class
+        order, validation and test rows in file order.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        dataset: Literal["cifar10", "cifar100"] = "cifar10",
+        imb_factor: float | None = None,
+        profile: Literal["exp", "step"] = "exp",
+        task: Literal["multiclass", "one_vs_rest", "binary_imbalanced"] = "multiclass",
+        positive_classes: list[int | str] | None = None,
+        positive_keep: float = 0.02,
+        val_fraction: float | None = None,
+        augment: bool = True,
+        batch_size: int = 128,
+        num_positives: int | None = None,
+        num_batches: int | None = None,
+        seed: int = 0,
+        download: bool = False,
+        num_workers: int = 0,
+        eval_batch_size: int = 1024,
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
+        if dataset not in _SPECS:
+            raise ValueError(f"dataset must be one of {sorted(_SPECS)}, got {dataset!r}")
+        if task not in _TASKS:
+            raise ValueError(f"task must be one of {_TASKS}, got {task!r}")
+        if profile not in ("exp", "step"):
+            raise ValueError(f"profile must be 'exp' or 'step', got {profile!r}")
+        if not 0.0 < positive_keep <= 1.0:
+            raise ValueError(f"positive_keep must be in (0, 1], got {positive_keep}")
+        self.dataset, self.task, self.profile = dataset, task, profile
+        self.imb_factor = float(imb_factor if imb_factor is not None else (1.0 if task == "binary_imbalanced" else 100.0))
+        self.val_fraction = float(_DEFAULT_VAL[task] if val_fraction is None else val_fraction)
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        self.positive_keep, self.augment = float(positive_keep), augment
+        self.batch_size, self.num_positives, self.num_batches, self.seed = batch_size, num_positives, num_batches, seed
+        spec = _SPECS[dataset]
+        self.folder = self._find_folder(Path(root), spec, download)
+        files = [self.folder / n for n in (*spec["train"], *spec["test"], spec["meta"])]
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(root)
+        key = cache_key(files, {"reader": "cifar-pickle", "dataset": dataset}, prefix=dataset)
+        self._arrays = cached_arrays(self.cache_dir, key, lambda: self._read(spec))
+        self.class_names = [str(n) for n in self._arrays["class_names"]]
+        self.num_classes = spec["num_classes"]
+        self._build_splits(positive_classes)
+
+    # ------------------------------------------------------------------ files
+    @staticmethod
+    def _find_folder(root: Path, spec: dict[str, Any], download: bool) -> Path:
+        names = (*spec["train"], *spec["test"], spec["meta"])
+        for folder in (root / spec["folder"], root):
+            if all((folder / n).is_file() for n in names):
+                return folder
+        if download:
+            import torchvision.datasets as tvd
+
+            cls = tvd.CIFAR10 if spec["folder"].startswith("cifar-10-") else tvd.CIFAR100
+            cls(str(root), train=True, download=True)  # downloads (or verifies) the archive and extracts it
+            return CIFARLTDataModule._find_folder(root, spec, download=False)
+        folder = root / spec["folder"]
+        missing = [str(folder / n) for n in names if not (folder / n).is_file()]
+        archive = root / spec["archive"]
+        hint = (
+            f"The archive {archive} is there but not extracted: extract it, or pass download=True (torchvision checks "
+            "and extracts it)." if archive.is_file() else
+            f"Pass download=True to fetch {spec['archive']} with torchvision's downloader, or download it from "
+            f"{CIFAR_URL} and extract it into {root}."
+        )
+        raise FileNotFoundError(f"CIFAR files not found: {', '.join(missing)}. {hint}")
+
+    def _read(self, spec: dict[str, Any]) -> dict[str, np.ndarray]:
+        arrays: dict[str, np.ndarray] = {}
+        for split in ("train", "test"):
+            parts = [read_cifar_batch(self.folder / n, spec["label_key"]) for n in spec[split]]
+            images = np.concatenate([p[0] for p in parts])
+            labels = np.concatenate([p[1] for p in parts])
+            bad = np.flatnonzero((labels < 0) | (labels >= spec["num_classes"]))
+            if bad.size:
+                raise ValueError(
+                    f"{self.folder / spec[split][0]} ...: label {labels[bad[0]]} of image {bad[0]} is not a class of "
+                    f"{self.dataset} (0..{spec['num_classes'] - 1})"
+                )
+            arrays[f"{split}_images"], arrays[f"{split}_labels"] = images, labels
+        names = _read_names(self.folder / spec["meta"], spec["names_key"])
+        if len(names) != spec["num_classes"]:
+            raise ValueError(f"{self.folder / spec['meta']}: '{spec['names_key']}' has {len(names)} names, expected {spec['num_classes']}")
+        arrays["class_names"] = np.asarray(names, dtype=str)
+        return arrays
+
+    # ------------------------------------------------------------------ the protocol
+    def _positive_classes(self, given: list[int | str] | None) -> list[int]:
+        c = self.num_classes
+        if given is None:
+            if self.task == "binary_imbalanced":
+                return list(range(c // 2, c))
+            if self.dataset == "cifar10":
+                return [3]  # cat (seed 003, Table 5)
+            raise ValueError("task='one_vs_rest' on CIFAR-100 needs positive_classes (indices or names)")
+        out = []
+        for item in given:
+            if isinstance(item, str) and not item.isdigit():
+                if item not in self.class_names:
+                    raise ValueError(f"unknown class name {item!r}; {self.dataset} has {self.class_names[:20]}")
+                out.append(self.class_names.index(item))
+            elif 0 <= int(item) < c:
+                out.append(int(item))
+            else:
+                raise ValueError(f"positive class {item!r} is not a class index of {self.dataset} (0..{c - 1})")
+        if not out or len(set(out)) == c:
+            raise ValueError(f"positive_classes must be a non-empty proper subset of the classes, got {given}")
+        return sorted(set(out))
+
+    def _build_splits(self, positive_classes: list[int | str] | None) -> None:
+        labels = np.asarray(self._arrays["train_labels"])
+        per_class = labels.size / self.num_classes
+        counts = long_tail_counts(per_class, self.num_classes, self.imb_factor, self.profile)
+        pool = long_tail_indices(labels, counts, self.seed)
+        binary = self.task != "multiclass"
+        self.positive_classes = self._positive_classes(positive_classes) if binary else []
+        is_pos = np.isin(labels, self.positive_classes)
+        if self.task == "binary_imbalanced" and self.positive_keep < 1.0:
+            rng = np.random.default_rng([int(self.seed), 0xC1FA])
+            positives = pool[is_pos[pool]]
+            keep = max(1, int(round(self.positive_keep * positives.size)))
+            kept = rng.choice(positives, size=keep, replace=False)
+            pool = np.concatenate([pool[~is_pos[pool]], np.sort(kept)])
+        self.class_counts = np.bincount(labels[pool], minlength=self.num_classes).tolist()
+        rng = np.random.default_rng([int(self.seed), 0x5B17])
+        strata = is_pos[pool] if binary else labels[pool]  # binary tasks: both classes keep their share
+        train_pos, val_pos = stratified_split(strata, self.val_fraction, rng)
+        rows = {"train": pool[train_pos], "val": np.sort(pool[val_pos])}
+        test_labels = np.asarray(self._arrays["test_labels"])
+        self.rows = {**rows, "test": np.arange(test_labels.size)}
+        self._fields = {}
+        for split, split_rows in self.rows.items():
+            cls = torch.from_numpy((test_labels if split == "test" else labels)[split_rows].astype(np.int64))
+            if binary:
+                fields = binary_fields(cls, torch.from_numpy(np.isin(cls.numpy(), self.positive_classes)).long())
+                fields["label"] = fields.pop("x")
+            else:
+                fields = {"y": cls, "index": torch.arange(cls.numel())}
+            self._fields[split] = fields
+        y = self._fields["train"]["y"]
+        if binary:
+            positives = int(y.sum())
+            if not 0 < positives < y.numel():
+                raise ValueError(f"the training split holds {positives} positives of {y.numel()} images; it needs both classes")
+            self.sizes = {"num_samples": int(y.numel()), "num_positives": positives, "num_negatives": int(y.numel()) - positives, "num_outputs": 1}
+        else:
+            self.sizes = {"num_samples": int(y.numel()), "num_classes": self.num_classes, "num_outputs": self.num_classes}
+
+    # ------------------------------------------------------------------ LightningDataModule
+    def prepare_data(self) -> None:
+        """Nothing left to do: the files were read (or downloaded) and cached in ``__init__``."""
+
+    def _dataset(self, split: str) -> ImageArrayDataset:
+        images = self._arrays["test_images" if split == "test" else "train_images"]
+        return ImageArrayDataset(images, self.rows[split], self._fields[split], augment=self.augment and split == "train")
+
+    def setup(self, stage: str | None = None) -> None:
+        self.train_dataset = self._dataset("train")
+        self.test_dataset = self._dataset("test")
+        # without a validation split (LDAM's protocol) validation runs on the balanced test set
+        self.val_dataset = self._dataset("val") if self.rows["val"].size else self.test_dataset
+
+    def build_train_sampler(self) -> RankAwareBatchSampler:
+        if self.task == "multiclass":
+            return UniformBatchSampler(self.sizes["num_samples"], self.batch_size, self.num_batches, seed=self.seed)
+        return DualSampler(self._fields["train"]["y"], self.batch_size, self.num_positives, num_batches=self.num_batches, seed=self.seed)
+
+
+# ---------------------------------------------------------------------------------------------- writing the format
+class _Python2Pickler(pickle._Pickler):  # type: ignore[misc]
+    """Writes pickles the way the CIFAR files were written (cPickle, protocol 2, Python 2): every ``str`` and
+    ``bytes`` as a Python 2 byte string, numpy classes under their numpy 1.x module names."""
+
+    dispatch = pickle._Pickler.dispatch.copy()  # type: ignore[attr-defined]
+
+    def save_py2_str(self, obj: str | bytes) -> None:
+        data = obj.encode("latin-1") if isinstance(obj, str) else bytes(obj)
+        if len(data) < 256:
+            self.write(pickle.SHORT_BINSTRING + bytes([len(data)]) + data)
+        else:
+            self.write(pickle.BINSTRING + struct.pack("<i", len(data)) + data)
+        self.memoize(obj)
+
+    dispatch[str] = save_py2_str
+    dispatch[bytes] = save_py2_str
+
+    def save_global(self, obj: Any, name: str | None = None) -> None:
+        module = getattr(obj, "__module__", "") or ""
+        if module.startswith("numpy._core"):
+            qual = name or obj.__qualname__
+            self.write(pickle.GLOBAL + ("numpy.core" + module[len("numpy._core") :]).encode() + b"\n" + qual.encode() + b"\n")
+            self.memoize(obj)
+            return
+        super().save_global(obj, name)
+
+
+def _dump(path: Path, obj: dict[str, Any], key_style: str) -> None:
+    if key_style == "python2":
+        buffer = io.BytesIO()
+        _Python2Pickler(buffer, protocol=2).dump(obj)
+        path.write_bytes(buffer.getvalue())
+    elif key_style == "bytes":
+        path.write_bytes(pickle.dumps({k.encode(): v for k, v in obj.items()}, protocol=4))
+    elif key_style == "str":
+        path.write_bytes(pickle.dumps(obj, protocol=4))
+    else:
+        raise ValueError(f"key_style must be 'python2', 'bytes' or 'str', got {key_style!r}")
+
+
+def write_cifar(
+    root: str | os.PathLike,
+    train_images: np.ndarray,
+    train_labels: np.ndarray,
+    test_images: np.ndarray,
+    test_labels: np.ndarray,
+    dataset: Literal["cifar10", "cifar100"] = "cifar10",
+    class_names: Sequence[str] | None = None,
+    key_style: Literal["python2", "bytes", "str"] = "python2",
+) -> Path:
+    """Write images in the exact layout and format of the CIFAR python release (for tests and benchmarks).
+
+    ``key_style="python2"`` reproduces the released files (Python 2 strings: ``str`` keys under
+    ``encoding="latin1"``, ``bytes`` keys under ``encoding="bytes"``); ``"bytes"`` / ``"str"`` write Python 3
+    pickles with that key type. CIFAR-10's training set is cut into five ``data_batch_*`` files.
+
+    Args:
+        train_images, test_images: ``[n, 32, 32, 3]`` uint8. train_labels, test_labels: ``[n]`` ints.
+
+    Returns:
+        the data folder (``root/cifar-10-batches-py`` or ``root/cifar-100-python``).
+    """
+    spec = _SPECS[dataset]
+    folder = Path(root) / spec["folder"]
+    folder.mkdir(parents=True, exist_ok=True)
+    names = list(class_names) if class_names is not None else [f"class{i}" for i in range(spec["num_classes"])]
+
+    def record(images: np.ndarray, labels: np.ndarray, label: str, offset: int) -> dict[str, Any]:
+        images = np.asarray(images, dtype=np.uint8)
+        data = np.ascontiguousarray(images.transpose(0, 3, 1, 2).reshape(len(images), 3072))
+        labels = [int(v) for v in labels]
+        out: dict[str, Any] = {"batch_label": label}
+        if dataset == "cifar10":
+            out["labels"] = labels
+        else:
+            out.update(fine_labels=labels, coarse_labels=[v // 5 for v in labels])
+        out.update(data=data, filenames=[f"image_{offset + i:06d}.png" for i in range(len(labels))])
+        return out
+
+    train_parts = np.array_split(np.arange(len(train_labels)), len(spec["train"]))
+    for i, (name, part) in enumerate(zip(spec["train"], train_parts)):
+        _dump(folder / name, record(train_images[part], np.asarray(train_labels)[part], f"training batch {i + 1} of {len(spec['train'])}", int(part[0]) if part.size else 0), key_style)
+    _dump(folder / spec["test"][0], record(test_images, test_labels, "testing batch 1 of 1", 0), key_style)
+    meta: dict[str, Any] = {spec["names_key"]: names}
+    if dataset == "cifar10":
+        meta.update(num_cases_per_batch=len(train_parts[0]), num_vis=3072)
+    else:
+        meta["coarse_label_names"] = [f"super{i}" for i in range(20)]
+    _dump(folder / spec["meta"], meta, key_style)
+    return folder
