@@ -218,18 +218,15 @@ class ClipImageTransform:
         from PIL import Image
 
         with Image.open(path) as img:
-            img.draft("RGB", (self.size, self.size))
+            img.draft("RGB", (self.size, self.size))  # JPEG DCT scaling: decode at the smallest scale ≥ size
             img = img.convert("RGB")
         w, h = img.size
-        scale = self.size / min(w, h)
-        nw, nh = max(self.size, round(w * scale)), max(self.size, round(h * scale))
-        img = img.resize((nw, nh), Image.BICUBIC)
+        side = min(w, h)  # the square that becomes the crop: resize and crop in one resampling
         if self.augment:
-            left = int(torch.randint(0, nw - self.size + 1, ()))
-            top = int(torch.randint(0, nh - self.size + 1, ()))
+            left, top = float(torch.randint(0, w - side + 1, ())), float(torch.randint(0, h - side + 1, ()))
         else:
-            left, top = (nw - self.size) // 2, (nh - self.size) // 2
-        img = img.crop((left, top, left + self.size, top + self.size))
+            left, top = (w - side) / 2, (h - side) / 2
+        img = img.resize((self.size, self.size), Image.BICUBIC, box=(left, top, left + side, top + side))
         if self.augment and bool(torch.rand(()) < 0.5):
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
         return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1)

@@ -184,7 +184,6 @@ def test_long_tail_selection_is_ldam_bit_for_bit():
     np.random.set_state(state)
 
 
-@pytest.mark.slow  # writes and caches the full-size CIFAR-10 training set (150 MB): 5-10 s
 def test_cifar10_lt_at_full_size(tmp_path):
     """The real shapes (5 × 10,000 training images): class counts of the closed form, seed 003's 1077 / 11,329."""
     arrays = _cifar_arrays(5000, 10, 2, seed=0)
@@ -526,6 +525,26 @@ def test_bdd100k_tasks_drop_undefined_and_expose_class_subsets(bdd_root):
     assert batch["x"].shape == (28, 3, 224, 224) and len(set(batch["task"].tolist())) == 14
 
 
+def test_clip_transform_is_resize_then_center_crop(tmp_path):
+    from PIL import Image
+
+    from fccolit.datamodules.bdd100k import ClipImageTransform
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "frame.jpg"
+    coarse = rng.integers(0, 256, (9, 16, 3), dtype=np.uint8)
+    Image.fromarray(coarse).resize((1280, 720), Image.BILINEAR).save(path, quality=95)
+    with Image.open(path) as img:  # CLIP's preprocessing, step by step: shorter side to 224, center crop
+        img = img.convert("RGB").resize((398, 224), Image.BICUBIC)
+        reference = torch.from_numpy(np.asarray(img.crop((87, 0, 311, 224))).copy()).permute(2, 0, 1).float()
+    out = ClipImageTransform(224)(path)
+    assert out.shape == (3, 224, 224) and out.dtype == torch.uint8
+    assert (out.float() - reference).abs().mean() < 1.5  # JPEG draft decoding and one resampling instead of two
+    torch.manual_seed(0)
+    augmented = [ClipImageTransform(224, augment=True)(path) for _ in range(6)]
+    assert any(not torch.equal(a, augmented[0]) for a in augmented[1:])
+
+
 def test_bdd100k_errors_name_file_frame_and_field(tmp_path, bdd_root):
     with pytest.raises(FileNotFoundError, match=r"bdd100k_labels_images_train\.json.*bdd-data"):
         BDD100KDataModule(tmp_path)
@@ -684,7 +703,6 @@ def _config_args(config: Path, tmp_path: Path, overrides: list[str]) -> list[str
             "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu", *overrides]
 
 
-@pytest.mark.slow  # ResNet-18 / DenseNet-121 through the CLI: 5-25 s each on 2 shared cores
 @pytest.mark.parametrize("name", ["cifar_lt/adap.yaml", "cifar_lt/soap.yaml", "chexpert/adap.yaml"])
 def test_configs_run_on_generated_data(name, cifar_tiny, chexpert_root, tmp_path):
     from fccolit.cli import main

@@ -1,8 +1,9 @@
 """Multi-label batches: a few tasks (labels) per batch, and per task a fixed number of positives and negatives.
 
-The third sampler shape, after the plain shuffle and the binary :class:`~fccolit.samplers.DualSampler`. With
-``T`` binary tasks on ``N`` samples (CheXpert's five diseases, BDD100K's attribute values), each global batch
-picks ``K`` tasks and, for each of them, ``P`` of its positives and ``Q`` of its negatives::
+The third sampler shape, after the plain shuffle (:class:`~fccolit.samplers.uniform.UniformBatchSampler`) and the
+binary :class:`~fccolit.samplers.DualSampler`. With ``T`` binary tasks on ``N`` samples (CheXpert's five
+diseases, BDD100K's attribute values), each global batch picks ``K`` tasks and, for each of them, ``P`` of its
+positives and ``Q`` of its negatives::
 
     [ P positives of t_1 | Q negatives of t_1 | P positives of t_2 | Q negatives of t_2 | ... ]   (K blocks)
 
@@ -224,7 +225,7 @@ class MultiLabelPairDataset(Dataset):
         unique, inverse = torch.unique(sample, return_inverse=True)
         fetched = self.base.__getitems__(unique.tolist())
         batch = {k: v.index_select(0, inverse) if torch.is_tensor(v) else v for k, v in fetched.items()}
-        batch["labels"] = batch.pop("y", self.labels.index_select(0, sample))
+        batch["labels"] = batch.pop("y") if "y" in batch else self.labels.index_select(0, sample)
         batch.update(
             y=self.labels[sample, task].clamp(min=0),
             task=task,
