@@ -62,12 +62,11 @@ from torch.utils.data import DataLoader
 from fccolit.data import binary_fields
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
-from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes
+from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
 from fccolit.samplers.uniform import UniformBatchSampler
 
 from fccolit.datamodules.base import FCCODataModule
-from fccolit.datamodules.chexpert import IMAGENET_MEAN, IMAGENET_STD, ImageFileDataset, _noise_image, tasks_per_batch_for
-from fccolit.datamodules.cifar import stratified_split
+from fccolit.datamodules.images import IMAGENET_MEAN, IMAGENET_STD, ImageFileDataset, noise_image, stratified_split
 
 __all__ = [
     "BDD100KDataModule",
@@ -566,7 +565,7 @@ def write_bdd100k(
                 target = root / "images" / "100k" / split / name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 # about 70 KB at 1280 × 720 (the release averages about 53 KB: 5.3 GB for 100k frames)
-                Image.fromarray(_noise_image(rng, image_size, 3, grain=3)).save(target, quality=75)
+                Image.fromarray(noise_image(rng, image_size, 3, grain=3)).save(target, quality=75)
         (root / "images" / "100k" / split).mkdir(parents=True, exist_ok=True)
         path = root / label_file
         path.parent.mkdir(parents=True, exist_ok=True)

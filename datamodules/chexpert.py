@@ -51,22 +51,21 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from fccolit.data import binary_fields
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
-from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes
+from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
 
 from fccolit.datamodules.base import FCCODataModule
+from fccolit.datamodules.images import IMAGENET_MEAN, IMAGENET_STD, ImageFileDataset, noise_image
 
 __all__ = [
     "CheXpertDataModule",
-    "ImageFileDataset",
     "ChestXrayTransform",
     "COMPETITION_LABELS",
     "OBSERVATIONS",
@@ -76,8 +75,6 @@ __all__ = [
 ]
 
 CHEXPERT_URL = "https://stanfordmlgroup.github.io/competitions/chexpert/"
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 OBSERVATIONS = (
     "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
     "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion", "Pleural Other", "Fracture",
@@ -89,70 +86,6 @@ DEFAULT_UNCERTAINTY = {"Edema": "ones", "Atelectasis": "ones"}  # every other la
 _POLICIES = ("ones", "zeros", "ignore")
 _VALUES = {"1.0": 1.0, "1": 1.0, "0.0": 0.0, "0": 0.0, "-1.0": -1.0, "-1": -1.0, "": math.nan}
 _PATIENT = re.compile(r"patient(\d+)")
-
-
-# ---------------------------------------------------------------------------------------------- image files
-class ImageFileDataset(Dataset):
-    """Images decoded from files, one per row, plus named per-row fields; the batch is a dict of tensors.
-
-    ``__getitems__`` decodes (and augments) each image of the batch with ``load`` (in the DataLoader workers),
-    stacks them and normalizes the batch at once. A missing file raises ``FileNotFoundError`` and an unreadable one
-    ``ValueError``, both naming the file and where it was listed (``origin``).
-
-    Args:
-        root: folder the relative paths start from.
-        paths: ``[N]`` relative paths (str or bytes), ``/``-separated.
-        fields: ``{name: [N, ...] tensor}`` gathered with the batch.
-        load: ``Path -> uint8 tensor [3, S, S]`` (decode, augment, resize); must be picklable for workers.
-        mean, std: per-channel normalization of ``[0, 1]`` pixels.
-        origin: ``row -> str`` saying where a row's path came from (e.g. ``"train.csv line 12"``).
-    """
-
-    def __init__(
-        self,
-        root: str | os.PathLike,
-        paths: Sequence[Any],
-        fields: dict[str, torch.Tensor],
-        load: Callable[[Path], torch.Tensor],
-        mean: Sequence[float] = IMAGENET_MEAN,
-        std: Sequence[float] = IMAGENET_STD,
-        origin: Callable[[int], str] | None = None,
-    ) -> None:
-        self.root, self.paths, self.fields, self.load, self.origin = Path(root), paths, fields, load, origin
-        for name, value in fields.items():
-            if value.shape[0] != len(paths):
-                raise ValueError(f"field {name!r} has {value.shape[0]} rows, there are {len(paths)} paths")
-        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-        self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def path(self, i: int) -> Path:
-        rel = self.paths[i]
-        rel = rel.decode() if isinstance(rel, (bytes, np.bytes_)) else str(rel)
-        return self.root.joinpath(*rel.split("/"))
-
-    def _where(self, i: int) -> str:
-        return f" (listed in {self.origin(i)})" if self.origin is not None else ""
-
-    def image(self, i: int) -> torch.Tensor:
-        path = self.path(i)
-        try:
-            return self.load(path)
-        except FileNotFoundError as err:
-            raise FileNotFoundError(f"image not found: {path}{self._where(i)}") from err
-        except (OSError, ValueError, SyntaxError) as err:  # PIL: UnidentifiedImageError, truncated files, ...
-            raise ValueError(f"cannot read image {path}{self._where(i)}: {type(err).__name__}: {err}") from err
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {k: v[0] for k, v in self.__getitems__([i]).items()}
-
-    def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        idx = torch.as_tensor(indices, dtype=torch.long)
-        x = torch.stack([self.image(int(i)) for i in idx])
-        x = x.float().div_(255.0).sub_(self.mean).div_(self.std)
-        return {"x": x, **{k: v.index_select(0, idx) for k, v in self.fields.items()}}
 
 
 class ChestXrayTransform:
@@ -449,16 +382,6 @@ class CheXpertDataModule(FCCODataModule):
         return MultiLabelSampler(y, self.tasks_per_batch, positives, block - positives, self.num_batches, seed=self.seed)
 
 
-def tasks_per_batch_for(batch_size: int, num_tasks: int, given: int | None) -> int:
-    """Tasks per multi-label batch: ``given`` (checked to divide ``batch_size``), or the largest divisor of
-    ``batch_size`` that is at most ``num_tasks``."""
-    if given is None:
-        return max(k for k in range(1, num_tasks + 1) if batch_size % k == 0)
-    if not 1 <= int(given) <= num_tasks or batch_size % int(given):
-        raise ValueError(f"tasks_per_batch must divide batch_size ({batch_size}) and be between 1 and {num_tasks}, got {given}")
-    return int(given)
-
-
 class _CsvOrigin:
     """``row -> "file line k"`` (picklable for DataLoader workers)."""
 
@@ -470,18 +393,6 @@ class _CsvOrigin:
 
 
 # ---------------------------------------------------------------------------------------------- writing the format
-def _noise_image(rng: np.random.Generator, size: tuple[int, int], channels: int, grain: int = 8) -> np.ndarray:
-    """A smooth random image (upsampled coarse noise plus ±``grain`` grain): JPEG sizes and decode times of the order
-    of the releases' (CheXpert-small: about 30 KB here, 50 KB on average in the release)."""
-    from PIL import Image
-
-    w, h = size
-    coarse = rng.integers(0, 256, (max(2, h // 32), max(2, w // 32), channels), dtype=np.uint8)
-    img = Image.fromarray(coarse.squeeze(-1) if channels == 1 else coarse).resize((w, h), Image.BILINEAR)
-    arr = np.asarray(img, dtype=np.int16) + rng.integers(-grain, grain + 1, (h, w) if channels == 1 else (h, w, channels))
-    return np.clip(arr, 0, 255).astype(np.uint8)
-
-
 def write_chexpert(
     root: str | os.PathLike,
     num_patients: int = 12,
@@ -525,7 +436,7 @@ def write_chexpert(
                     rel = f"{folder}/{split}/patient{first + p:05d}/study{s}/{name}"
                     target = Path(root) / rel
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    Image.fromarray(_noise_image(rng, image_size, 1)).save(target, quality=90)
+                    Image.fromarray(noise_image(rng, image_size, 1)).save(target, quality=90)
                     row = {"Path": rel, "Sex": "Male" if rng.random() < 0.5 else "Female", "Age": str(int(rng.integers(18, 90))), "Frontal/Lateral": view, "AP/PA": appa}
                     for obs in OBSERVATIONS:
                         if split == "train" and labels is not None and obs in labels:

@@ -59,7 +59,6 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from fccolit.data import binary_fields
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
@@ -67,20 +66,17 @@ from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.samplers.uniform import UniformBatchSampler
 
 from fccolit.datamodules.base import FCCODataModule
+from fccolit.datamodules.images import ImageArrayDataset, stratified_split
 
 __all__ = [
     "CIFARLTDataModule",
-    "ImageArrayDataset",
     "long_tail_counts",
     "long_tail_indices",
     "read_cifar_batch",
-    "stratified_split",
     "write_cifar",
 ]
 
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
-CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR_STD = (0.2023, 0.1994, 0.2010)
 
 _SPECS: dict[str, dict[str, Any]] = {
     "cifar10": {
@@ -190,80 +186,6 @@ def long_tail_indices(labels: np.ndarray, counts: Sequence[int], seed: int = 0) 
     return np.concatenate(kept)
 
 
-def stratified_split(groups: np.ndarray, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Positions ``(kept, held_out)`` of ``groups`` (e.g. class labels): ``round(fraction · n_g)`` of each group
-    at random are held out; both outputs sorted."""
-    held = []
-    for g in np.unique(groups):
-        members = np.flatnonzero(groups == g)
-        held.append(rng.permutation(members)[: int(round(fraction * members.size))])
-    held_out = np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
-    kept = np.setdiff1d(np.arange(groups.size), held_out)
-    return kept, held_out
-
-
-# ---------------------------------------------------------------------------------------------- batched images
-class ImageArrayDataset(Dataset):
-    """Images stored as a uint8 array (e.g. memory-mapped) plus named per-row fields; a batch is decoded,
-    augmented and normalized at once in ``__getitems__``.
-
-    Args:
-        images: ``[M, H, W, 3]`` uint8 (a split refers to its rows through ``rows``).
-        rows: ``[N]`` rows of ``images`` making up this split.
-        fields: ``{name: [N] tensor}`` gathered with the batch (``y``, ``index``, ...).
-        augment: random crop with zero padding (``padding``) and horizontal flip.
-        mean, std: per-channel normalization of ``[0, 1]`` pixels.
-    """
-
-    def __init__(
-        self,
-        images: np.ndarray,
-        rows: np.ndarray,
-        fields: dict[str, torch.Tensor],
-        augment: bool = False,
-        mean: Sequence[float] = CIFAR_MEAN,
-        std: Sequence[float] = CIFAR_STD,
-        padding: int = 4,
-    ) -> None:
-        self.images, self.rows = images, np.asarray(rows, dtype=np.int64)
-        self.fields = fields
-        for name, value in fields.items():
-            if value.shape[0] != self.rows.size:
-                raise ValueError(f"field {name!r} has {value.shape[0]} rows, the split {self.rows.size}")
-        self.augment, self.padding = augment, int(padding)
-        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-        self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
-
-    def __len__(self) -> int:
-        return int(self.rows.size)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {k: v[0] for k, v in self.__getitems__([i]).items()}
-
-    def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        idx = torch.as_tensor(indices, dtype=torch.long)
-        pixels = np.ascontiguousarray(self.images[self.rows[idx.numpy()]])
-        x = torch.from_numpy(pixels).permute(0, 3, 1, 2)  # [B, 3, H, W] uint8
-        if self.augment:
-            x = random_crop_flip(x, self.padding)
-        x = x.float().div_(255.0).sub_(self.mean).div_(self.std)
-        return {"x": x, **{k: v.index_select(0, idx) for k, v in self.fields.items()}}
-
-
-def random_crop_flip(x: torch.Tensor, padding: int = 4) -> torch.Tensor:
-    """``RandomCrop(H, padding)`` with zero fill and ``RandomHorizontalFlip(0.5)`` per image of a batch ``[B, C, H, W]``."""
-    b, c, h, w = x.shape
-    padded = torch.nn.functional.pad(x, (padding, padding, padding, padding))
-    top = torch.randint(0, 2 * padding + 1, (b,))
-    left = torch.randint(0, 2 * padding + 1, (b,))
-    rows = (top[:, None] + torch.arange(h))[:, None, :, None]
-    cols = (left[:, None] + torch.arange(w))[:, None, None, :]
-    out = padded[torch.arange(b)[:, None, None, None], torch.arange(c)[None, :, None, None], rows, cols]
-    flip = torch.rand(b) < 0.5
-    return torch.where(flip[:, None, None, None], out.flip(-1), out)
-
-
-# ---------------------------------------------------------------------------------------------- the DataModule
 class CIFARLTDataModule(FCCODataModule):
     """CIFAR-10/100 with the long-tailed training set of LDAM and the binary tasks of seeds 002 and 003 (see the
     module docstring for the protocols).

@@ -6,6 +6,7 @@ import torch
 
 from fccolit.data import TensorDictDataset, binary_fields, binary_sizes
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
+from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
 
 from fccolit.datamodules.base import FCCODataModule
 
@@ -14,18 +15,24 @@ def make_imbalanced_binary(
     num_samples: int, num_features: int, pos_fraction: float, noise: float, seed: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gaussian features; the positives are the top ``pos_fraction`` of a noisy, mildly non-linear score.
-
     Returns ``x [N, D]`` float32 and ``y [N]`` long in {0, 1} with exactly ``round(pos_fraction · N)`` positives.
     """
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(num_samples, num_features, generator=g)
-    direction = torch.randn(num_features, generator=g)
+    return x, imbalanced_labels(x, pos_fraction, noise, g)
+
+
+def imbalanced_labels(x: torch.Tensor, pos_fraction: float, noise: float, generator: torch.Generator) -> torch.Tensor:
+    """Labels ``[N]`` of features ``x [N, D]``: the top ``pos_fraction`` of ``x·d + ½ tanh(x_0 x_1) + noise·ε``
+    for a random unit direction ``d`` (drawn from ``generator``, then ε)."""
+    num_samples, num_features = x.shape
+    direction = torch.randn(num_features, generator=generator)
     direction /= direction.norm()
-    latent = x @ direction + 0.5 * torch.tanh(x[:, 0] * x[:, 1 % num_features]) + noise * torch.randn(num_samples, generator=g)
+    latent = x @ direction + 0.5 * torch.tanh(x[:, 0] * x[:, 1 % num_features]) + noise * torch.randn(num_samples, generator=generator)
     num_pos = max(1, round(pos_fraction * num_samples))
     y = torch.zeros(num_samples, dtype=torch.long)
     y[torch.topk(latent, num_pos).indices] = 1
-    return x, y
+    return y
 
 
 class SyntheticBinaryDataModule(FCCODataModule):
@@ -79,3 +86,76 @@ class SyntheticBinaryDataModule(FCCODataModule):
 
     def build_train_sampler(self) -> RankAwareBatchSampler:
         return DualSampler(self._splits["train"]["y"], self.batch_size, self.num_positives, seed=self.seed)
+
+
+class SyntheticMultiLabelDataModule(FCCODataModule):
+    """Multi-label (multi-task) binary classification on generated Gaussian data: ``T`` tasks sharing the
+    features, each with its own imbalanced labels, and a share of (task, sample) entries unlabeled (−1), as
+    CheXpert's uncertain findings under U-Ignore. The training batches come from
+    :class:`~fccolit.samplers.MultiLabelSampler` (``K`` tasks × (``P`` positives + ``Q`` negatives)); train mean
+    AP over tasks with :class:`~fccolit.objectives.AveragePrecision` and a model with ``T`` outputs.
+
+    Batch fields: training — those of :class:`~fccolit.samplers.MultiLabelPairDataset` (``x``, ``labels``
+    ``[B, T]``, ``y`` ``[B]``, ``task``, ``index``, ``pos_index``, ...); evaluation — ``x``, ``y`` ``[B, T]``
+    (1 / 0 / −1), ``index``.
+
+    Args:
+        num_samples, num_features, noise, val_fraction, test_fraction, seed: as
+            :class:`SyntheticBinaryDataModule`.
+        num_tasks: T.
+        pos_fraction: share of positives of each task.
+        unlabeled_fraction: share of each task's entries set to −1.
+        batch_size: global training batch size (a multiple of ``tasks_per_batch``).
+        num_positives: positives per task of a batch (None: half of each task's block).
+        tasks_per_batch: K (None: the largest divisor of ``batch_size`` up to T).
+    """
+
+    def __init__(
+        self,
+        num_samples: int = 4000,
+        num_features: int = 16,
+        num_tasks: int = 5,
+        pos_fraction: float = 0.1,
+        unlabeled_fraction: float = 0.05,
+        noise: float = 0.5,
+        val_fraction: float = 0.2,
+        test_fraction: float = 0.2,
+        batch_size: int = 60,
+        num_positives: int | None = None,
+        tasks_per_batch: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+        eval_batch_size: int = 1024,
+    ) -> None:
+        super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
+        if not 0.0 <= unlabeled_fraction < 1.0:
+            raise ValueError(f"unlabeled_fraction must be in [0, 1), got {unlabeled_fraction}")
+        if val_fraction + test_fraction >= 1.0:
+            raise ValueError("val_fraction + test_fraction must leave data for training")
+        self.batch_size, self.seed = batch_size, seed
+        self.tasks_per_batch = tasks_per_batch_for(batch_size, num_tasks, tasks_per_batch)
+        block = batch_size // self.tasks_per_batch
+        self.num_positives = block // 2 if num_positives is None else int(num_positives)
+        if not 0 < self.num_positives < block:
+            raise ValueError(f"num_positives must be in [1, {block - 1}] (a task's block of the batch), got {num_positives}")
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(num_samples, num_features, generator=g)
+        labels = torch.stack([imbalanced_labels(x, pos_fraction, noise, g) for _ in range(num_tasks)], dim=1)
+        labels[torch.rand(labels.shape, generator=g) < unlabeled_fraction] = -1
+        perm = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + 1))
+        n_val, n_test = round(val_fraction * num_samples), round(test_fraction * num_samples)
+        parts = {"val": perm[:n_val], "test": perm[n_val : n_val + n_test], "train": perm[n_val + n_test :]}
+        self._splits = {name: {"x": x[idx], "y": labels[idx], "index": torch.arange(len(idx))} for name, idx in parts.items()}
+        self.sizes = {**multilabel_sizes(self._splits["train"]["y"]), "num_features": num_features}
+        self.task_names = [f"task{t}" for t in range(num_tasks)]
+
+    def setup(self, stage: str | None = None) -> None:
+        train = TensorDictDataset(**self._splits["train"])
+        self.train_dataset = MultiLabelPairDataset(train, self._splits["train"]["y"])
+        self.val_dataset = TensorDictDataset(**self._splits["val"])
+        self.test_dataset = TensorDictDataset(**self._splits["test"])
+
+    def build_train_sampler(self) -> RankAwareBatchSampler:
+        block = self.batch_size // self.tasks_per_batch
+        return MultiLabelSampler(self._splits["train"]["y"], self.tasks_per_batch, self.num_positives,
+                                 block - self.num_positives, seed=self.seed)

@@ -1,12 +1,14 @@
 """One training run of a SOX-family method on synthetic data, for the multi-process tests of the AUPRC methods
 (run as a script, not collected). The pattern of ``tests/ddp_run.py`` (whose batch trace it reuses):
 
-    python tests/ddp_run_family.py --algo moapv2|adap|moap_local --devices 2 --max-steps 30 --out DIR
+    python tests/ddp_run_family.py --algo moapv2|adap|adap_multilabel|moap_local --devices 2 --max-steps 30 --out DIR
                                    [--save-every K] [--resume CKPT]
 
 * ``moapv2``: MOAP-V2 on AP with Ω, momentum, the 1/√t schedule of η and β0 = β1 (lazy decay counters move with a
   changing β0);
 * ``adap``: ADAP (AMSGrad second moment) on AP with Ω and the same schedule;
+* ``adap_multilabel``: ADAP on mean AP over 3 tasks (multi-label batches: the ``task`` field is gathered with the
+  scores, the state has one row per (task, positive));
 * ``moap_local``: MOAP (n/B1 scaling) on a per-sample objective that each rank evaluates on its own slice: B1 must
   be the global number of sampled rows (all-reduced), not the rank's.
 
@@ -30,7 +32,7 @@ from ddp_run import BatchTrace  # noqa: E402
 
 from fccolit.algorithms.sox import ADAP, MOAP, MOAPV2  # noqa: E402
 from fccolit.callbacks.schedules import InverseSqrtSchedule  # noqa: E402
-from fccolit.datamodules import SyntheticBinaryDataModule  # noqa: E402
+from fccolit.datamodules import SyntheticBinaryDataModule, SyntheticMultiLabelDataModule  # noqa: E402
 from fccolit.models import MLP  # noqa: E402
 from fccolit.objectives import AveragePrecision  # noqa: E402
 from fccolit.objectives.base import FCCOObjective, InnerBatch  # noqa: E402
@@ -69,6 +71,13 @@ def build(algo):
                      optimizer=lambda p: AdaptiveMomentum(p, lr=0.05, momentum_weight=0.3, second_moment="amsgrad"),
                      **common)
         callbacks = [InverseSqrtSchedule()]
+    elif algo == "adap_multilabel":
+        data = SyntheticMultiLabelDataModule(num_samples=600, num_features=6, num_tasks=3, batch_size=24,
+                                             num_positives=4, seed=0, eval_batch_size=64)
+        model = ADAP(MLP(hidden=[8], out_features=3), AveragePrecision(margin=0.5, project=True), ema_weight=0.05,
+                     optimizer=lambda p: AdaptiveMomentum(p, lr=0.05, momentum_weight=0.3, second_moment="adam"),
+                     data_sizes=data.sizes, state_dtype="float64", metrics=["ap"])
+        callbacks = []
     elif algo == "moap_local":
         model = MOAP(MLP(hidden=[8]), PerSampleSquaredError(), ema_weight=0.3,
                      optimizer=lambda p: Momentum(p, lr=0.05, momentum_weight=0.3), **common)

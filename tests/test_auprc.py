@@ -392,7 +392,7 @@ def tensors(result: dict) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def ddp_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp_family")
-    algos = ("moapv2", "adap", "moap_local")
+    algos = ("moapv2", "adap", "adap_multilabel", "moap_local")
     plan = [(root / a / "single", a, 1, ()) for a in algos] + [(root / a / "double", a, 2, ("--save-every", "7"))
                                                                for a in algos]
     done = ddp(*plan)
@@ -404,13 +404,13 @@ def ddp_runs(tmp_path_factory):
 
 @pytest.mark.ddp
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["moapv2", "adap", "moap_local"])
+@pytest.mark.parametrize("algo", ["moapv2", "adap", "adap_multilabel", "moap_local"])
 def test_two_processes_equal_one_process(ddp_runs, algo):
     single, double = ddp_runs[0][algo]
     assert single[0]["step"] == double[0]["step"] == STEPS
     one, two, other_rank = tensors(single[0]), tensors(double[0]), tensors(double[1])
     assert "state.log_decay_total" in one and "state.log_decay_mark" in one
-    assert float(one["state.log_decay_total"]) < -1.0  # the decay counters moved
+    assert float(one["state.log_decay_total"]) < -0.5  # the decay counters moved
     for k in one:
         assert torch.equal(two[k], other_rank[k]), k  # identical on every rank
         assert torch.allclose(one[k], two[k], rtol=1e-10, atol=1e-12), k

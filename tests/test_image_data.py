@@ -31,10 +31,10 @@ from fccolit.datamodules.cifar import (
     CIFARLTDataModule,
     long_tail_counts,
     long_tail_indices,
-    random_crop_flip,
     read_cifar_batch,
     write_cifar,
 )
+from fccolit.datamodules.images import random_crop_flip
 from fccolit.models.vision import ResNet20
 from fccolit.objectives import AveragePrecision
 from fccolit.optim import Momentum

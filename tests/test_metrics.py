@@ -230,7 +230,9 @@ def test_binary_metric_errors():
     with pytest.raises(ValueError, match="same number of samples"):
         metric.update(torch.tensor([0.1, 0.2]), torch.tensor([1, 0, 1]))
     with pytest.raises(ValueError, match=r"shape \[N\] or \[N, 1\]"):
-        metric.update(torch.zeros(3, 2), torch.zeros(3, 2))
+        metric.update(torch.zeros(3, 2, 2), torch.zeros(3, 2, 2))
+    with pytest.raises(ValueError, match=r"target of the same shape \[N, T\]"):
+        metric.update(torch.zeros(3, 2), torch.zeros(3))
     metric.update(torch.tensor([0.1, 0.2, 0.3]), torch.tensor([1, 1, 1]))
     with pytest.raises(ValueError, match="AUROC is undefined without both classes: got 3 positives, 0 negatives"):
         metric.compute()

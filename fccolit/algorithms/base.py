@@ -131,15 +131,35 @@ class FCCOModule(LightningModule):
 
     # ------------------------------------------------------------------ forward and the shared step
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Scores of a batch, ``[B]``."""
-        return self.model(batch[self.input_key])
+        """Scores of a batch: ``[B]``, or ``[B, T]`` for a model with one output per task.
+
+        A multi-task training batch (a ``task`` field ``[B]``, see :class:`~fccolit.samplers.MultiLabelSampler`)
+        gets each position's score for its own task, ``[B]``, which objectives with ``multi_task = True`` take.
+        """
+        scores = self.model(batch[self.input_key])
+        task = batch.get("task")
+        if task is None or self.objective is None:
+            return scores
+        if not self.objective.multi_task:
+            raise ValueError(
+                f"{type(self.objective).__name__} does not take multi-task batches (the batch has a 'task' field): "
+                "train one task at a time (e.g. the DataModule's task=<label>) or use a multi-task objective "
+                "such as AveragePrecision"
+            )
+        if scores.dim() != 2 or scores.shape[1] <= int(task.max()):
+            raise ValueError(
+                f"multi-task batch with tasks up to {int(task.max())} but the model returns scores of shape "
+                f"{tuple(scores.shape)}: give the model one output per task (num_outputs = data sizes['num_tasks'])"
+            )
+        return scores.gather(1, task.unsqueeze(1)).squeeze(1)
 
     def objective_inputs(
         self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], bool]:
         """Scores and batch the objective sees: the global batch (gathered with gradient) when it needs one."""
         if self.objective.needs_global_batch and distributed.is_distributed():
-            gathered = {k: distributed.all_gather_equal(batch[k]) for k in self.objective.batch_fields}
+            fields = self.objective.batch_fields + (("task",) if "task" in batch else ())
+            gathered = {k: distributed.all_gather_equal(batch[k]) for k in fields}
             return distributed.all_gather_with_grad(scores), gathered, True
         return scores, batch, False
 
@@ -217,6 +237,8 @@ class FCCOModule(LightningModule):
     def update_metric(self, metric: nn.Module, name: str, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
         if metric_kind(name) == "ranking":
             metric.update(scores, batch["relevance"], batch.get("mask"))
+        elif batch["y"].dim() == 2 and batch["y"].shape[1] > 1:  # multi-task: [B, T] scores and labels (−1: none)
+            metric.update(scores, batch["y"])
         else:
             metric.update(scores.reshape(-1), batch["y"].reshape(-1))
 
@@ -230,6 +252,15 @@ class FCCOModule(LightningModule):
         for name in self.metric_names:
             metric = self.metrics[stage][_metric_key(name)]
             if sanity:  # two sanity batches need not hold both classes: do not judge them
+                metric.reset()
+            elif self.data_sizes.get("num_tasks", 1) > 1 and metric_kind(name) != "ranking":  # mean and each task
+                self.log(f"{stage}/{name}", metric.compute(), prog_bar=stage == "val")  # compute syncs the ranks
+                task_names = getattr(getattr(self.trainer, "datamodule", None), "task_names", None)
+                per_task = metric.per_task.tolist() if metric.per_task is not None else []
+                for t, value in enumerate(per_task):
+                    label = task_names[t] if task_names and len(task_names) == len(per_task) else str(t)
+                    label = "_".join(str(label).split())  # a TensorBoard tag without spaces
+                    self.log(f"{stage}/{name}/{label}", value)
                 metric.reset()
             else:  # Lightning computes (synchronizing the metric states across ranks) and resets it
                 self.log(f"{stage}/{name}", metric, prog_bar=stage == "val")

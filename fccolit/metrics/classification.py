@@ -53,7 +53,7 @@ def _flatten(x: Tensor, name: str) -> Tensor:
         return x
     if x.ndim == 2 and x.shape[1] == 1:
         return x[:, 0]
-    raise ValueError(f"{name} must have shape [N] or [N, 1], got {tuple(x.shape)}")
+    raise ValueError(f"{name} must have shape [N] or [N, 1] (or [N, T] for T tasks), got {tuple(x.shape)}")
 
 
 def _validate_binary(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
@@ -292,6 +292,12 @@ class _BinaryCatMetric(torchmetrics.Metric):
     Memory: two float64/int64 values per sample. Use ``update()`` per batch and ``compute()`` (or log the
     Metric object) at epoch end: calling the metric (``forward``) also computes a per-batch value, which
     raises on a batch that holds one class only.
+
+    Multi-task (multi-label) data: ``preds`` and ``target`` ``[N, T]`` with ``T > 1``, one column per task;
+    a target of ``-1`` marks a sample unlabeled for that task (e.g. an uncertain CheXpert finding under
+    U-Ignore) and is left out of that task. ``compute()`` returns the mean over the tasks of the per-task
+    values (the macro average of LibAUC and torchmetrics' ``Multilabel*(average="macro")``) and keeps the
+    per-task values in :attr:`per_task` (``[T]``; NaN for a task without both classes, which the mean skips).
     """
 
     is_differentiable = False
@@ -305,9 +311,13 @@ class _BinaryCatMetric(torchmetrics.Metric):
         super().__init__(**kwargs)
         self.add_state("preds", default=[], dist_reduce_fx="cat")
         self.add_state("target", default=[], dist_reduce_fx="cat")
+        self.per_task: Tensor | None = None
 
     def update(self, preds: Tensor, target: Tensor) -> None:  # type: ignore[override]
-        preds, target = _validate_binary(preds, target)
+        if preds.ndim == 2 and preds.shape[1] > 1:
+            preds, target = _validate_multitask(preds, target)
+        else:
+            preds, target = _validate_binary(preds, target)
         self.preds.append(preds)
         self.target.append(target.to(torch.long))
 
@@ -317,20 +327,54 @@ class _BinaryCatMetric(torchmetrics.Metric):
             return empty, empty.to(torch.long)
         return dim_zero_cat(self.preds), dim_zero_cat(self.target)
 
-
-class AveragePrecision(_BinaryCatMetric):
-    """Exact average precision over all samples seen (see :func:`average_precision`)."""
+    def _value(self, preds: Tensor, target: Tensor) -> Tensor:
+        """The metric of one binary task: ``preds`` float64 ``[N]``, ``target`` ``[N]`` in {0, 1}."""
+        raise NotImplementedError
 
     def compute(self) -> Tensor:
         preds, target = self._gathered()
+        if preds.ndim == 1:
+            self.per_task = None
+            return self._value(preds, target)
+        values = []
+        for task in range(preds.shape[1]):
+            labeled = target[:, task] >= 0
+            p, t = preds[labeled, task], target[labeled, task]
+            both = bool((t == 1).any()) and bool((t == 0).any())
+            values.append(self._value(p, t) if both else torch.tensor(float("nan"), dtype=torch.float64, device=preds.device))
+        self.per_task = torch.stack(values)
+        defined = self.per_task[~torch.isnan(self.per_task)]
+        if defined.numel() == 0:
+            raise ValueError(f"{type(self).__name__}: no task has both classes among the samples seen")
+        return defined.mean()
+
+
+def _validate_multitask(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+    """Return ``(preds float64 [N, T], target long [N, T] in {-1, 0, 1})``, or raise ValueError."""
+    if not isinstance(target, Tensor) or target.shape != preds.shape:
+        shape = tuple(target.shape) if isinstance(target, Tensor) else type(target).__name__
+        raise ValueError(f"multi-task preds {tuple(preds.shape)} need a target of the same shape [N, T], got {shape}")
+    if preds.is_floating_point() and bool(torch.isnan(preds).any()):
+        raise ValueError("preds contains NaN values: the model produced NaN scores; the metric is undefined")
+    target = target.to(preds.device)
+    bad = ~((target == 0) | (target == 1) | (target == -1))
+    if bool(bad.any()):
+        raise ValueError(f"multi-task target values must be 1, 0 or -1 (unlabeled), got e.g. {target[bad][0].item()!r}")
+    return preds.to(torch.float64), target.to(torch.long)
+
+
+class AveragePrecision(_BinaryCatMetric):
+    """Exact average precision over all samples seen (see :func:`average_precision`); macro over tasks for
+    ``[N, T]`` inputs."""
+
+    def _value(self, preds: Tensor, target: Tensor) -> Tensor:
         return average_precision(preds, target)
 
 
 class AUROC(_BinaryCatMetric):
-    """AUROC over all samples seen, ties counted 1/2 (see :func:`auroc`)."""
+    """AUROC over all samples seen, ties counted 1/2 (see :func:`auroc`); macro over tasks for ``[N, T]``."""
 
-    def compute(self) -> Tensor:
-        preds, target = self._gathered()
+    def _value(self, preds: Tensor, target: Tensor) -> Tensor:
         return auroc(preds, target)
 
 
@@ -353,6 +397,5 @@ class PartialAUC(_BinaryCatMetric):
             )
         self.normalization = normalization
 
-    def compute(self) -> Tensor:
-        preds, target = self._gathered()
+    def _value(self, preds: Tensor, target: Tensor) -> Tensor:
         return partial_auc(preds, target, self.fpr_min, self.fpr_max, self.normalization)

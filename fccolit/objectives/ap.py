@@ -76,6 +76,14 @@ class AveragePrecision(FCCOObjective):
 
     Batch fields: ``y`` ``[B]`` (1 positive, 0 negative) and ``pos_index`` ``[B]`` (row of each positive in the
     state, −1 for negatives).
+
+    Multi-task (multi-label) batches, mean AP over tasks (LibAUC's mAP): with a ``task`` field ``[B]`` (from
+    :class:`~fccolit.samplers.MultiLabelSampler`; the module has already picked each position's score for its
+    task), an anchor's inner set is the batch positions of its own task, so ``ĝ_i = (1/|B_t|) Σ_{j∈B_t}
+    (1[y_j = 1], 1)·ℓ(s_j − s_i)``, and the state has one row per (task, positive) pair (``pos_index``). The
+    sampler draws the same number of positives for every task of a batch, so the batch mean over anchors
+    estimates ``F = (1/T) Σ_t (1/m_t) Σ_{i∈P_t} f(g_{t,i})`` without bias; :meth:`exact_value` computes that
+    mean over tasks. Only the batch-mean estimator takes multi-task batches.
     """
 
     inner_dim: ClassVar[int] = 2
@@ -84,6 +92,7 @@ class AveragePrecision(FCCOObjective):
     needs_global_batch: ClassVar[bool] = True
     batch_fields: ClassVar[tuple[str, ...]] = ("y", "pos_index")
     default_metrics: ClassVar[tuple[str, ...]] = ("ap", "auroc", "pauc_0.05_0.5")
+    multi_task: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -147,14 +156,32 @@ class AveragePrecision(FCCOObjective):
         y = batch["y"].reshape(-1).to(s.dtype)
         anchors = (batch["pos_index"].reshape(-1) >= 0).nonzero().flatten()
         ell = self.loss(s.unsqueeze(0) - s.index_select(0, anchors).unsqueeze(1))  # [P, B]: ℓ(s_j − s_i)
-        if self.inner_estimator == "batch_mean":
-            weights = torch.stack([y, torch.ones_like(y)], dim=-1) / s.shape[0]  # [B, 2]
-            value = ell @ weights  # [P, 2]
-            if self.inner_scale == "sum":
-                value = value * self._size("num_samples", "inner_scale='sum'")
+        per_sample = torch.stack([y, torch.ones_like(y)], dim=-1)  # [B, 2]: (1[y_j = 1], 1)
+        if "task" in batch:  # multi-task: an anchor's inner set is its own task's positions
+            if self.inner_estimator != "batch_mean":
+                raise ValueError("AveragePrecision: multi-task batches take inner_estimator='batch_mean' only")
+            task = batch["task"].reshape(-1)
+            same = (task.index_select(0, anchors).unsqueeze(1) == task.unsqueeze(0)).to(ell.dtype)  # [P, B]
+            value = (ell * (same / same.sum(1, keepdim=True))) @ per_sample  # [P, 2]
+        elif self.inner_estimator == "batch_mean":
+            value = ell @ (per_sample / s.shape[0])  # [P, 2]
         else:
             value = self._reweighted(ell, y, anchors)
+        if self.inner_scale == "sum" and self.inner_estimator == "batch_mean":
+            value = value * self._size("num_samples", "inner_scale='sum'")
         return InnerBatch(index=batch["pos_index"].reshape(-1).index_select(0, anchors), value=value)
+
+    def exact_value(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """True ``F`` when ``batch`` holds the whole data (every labeled (task, sample) pair once when it has a
+        ``task`` field): ``−AP`` surrogate, averaged over each task's positives, then over tasks."""
+        inner = self.inner(scores, batch)
+        values = self.outer(inner.value, inner.context)
+        if "task" not in batch:
+            return values.mean()
+        task = batch["task"].reshape(-1)[batch["pos_index"].reshape(-1) >= 0]
+        tasks, of_anchor = torch.unique(task, return_inverse=True)
+        per_task = torch.zeros(len(tasks), dtype=values.dtype, device=values.device).index_add(0, of_anchor, values)
+        return (per_task / torch.bincount(of_anchor, minlength=len(tasks)).to(values.dtype)).mean()
 
     def _reweighted(self, ell: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
         """The class-stratified unbiased estimate (class docstring), ``[P, 2]``."""

@@ -48,6 +48,8 @@ class FCCOObjective(nn.Module):
             every rank evaluates the objective on the global batch.
         batch_fields: the batch fields ``inner`` reads (gathered across ranks when ``needs_global_batch``).
         default_metrics: metric names logged at validation and test when the module is not told otherwise.
+        multi_task: the objective takes multi-task batches: a ``task`` field ``[B]`` (gathered with
+            ``batch_fields``), each position's score for its task, and inner sets restricted to one task.
     """
 
     inner_dim: ClassVar[int] = 1
@@ -56,6 +58,7 @@ class FCCOObjective(nn.Module):
     needs_global_batch: ClassVar[bool] = False
     batch_fields: ClassVar[tuple[str, ...]] = ()
     default_metrics: ClassVar[tuple[str, ...]] = ()
+    multi_task: ClassVar[bool] = False
 
     def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
         raise NotImplementedError

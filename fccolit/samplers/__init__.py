@@ -3,7 +3,8 @@
 from fccolit.samplers.base import RankAwareBatchSampler, SequentialShardSampler
 from fccolit.samplers.binary import DualSampler
 from fccolit.samplers.group import GroupBatchSampler
+from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler
 from fccolit.samplers.ranking import QueryBatch, QueryBatchSampler
 from fccolit.samplers.uniform import UniformBatchSampler
 
-__all__ = ["RankAwareBatchSampler", "SequentialShardSampler", "DualSampler", "QueryBatch", "QueryBatchSampler", "UniformBatchSampler", "GroupBatchSampler"]
+__all__ = ["RankAwareBatchSampler", "SequentialShardSampler", "DualSampler", "QueryBatch", "QueryBatchSampler", "UniformBatchSampler", "GroupBatchSampler", "MultiLabelSampler", "MultiLabelPairDataset"]

@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 from fccolit.samplers.base import RankAwareBatchSampler
 from fccolit.samplers.binary import _stream
 
-__all__ = ["MultiLabelSampler", "MultiLabelPairDataset", "multilabel_pair_tables", "multilabel_sizes"]
+__all__ = ["MultiLabelSampler", "MultiLabelPairDataset", "multilabel_pair_tables", "multilabel_sizes", "tasks_per_batch_for"]
 
 
 def _as_label_matrix(labels: Any) -> torch.Tensor:
@@ -78,6 +78,16 @@ def multilabel_sizes(labels: Any) -> dict[str, int]:
         "num_negatives": int((labels == 0).sum()),
         "num_outputs": int(t),
     }
+
+
+def tasks_per_batch_for(batch_size: int, num_tasks: int, given: int | None) -> int:
+    """Tasks per multi-label batch: ``given`` (checked to divide ``batch_size``), or the largest divisor of
+    ``batch_size`` that is at most ``num_tasks``."""
+    if given is None:
+        return max(k for k in range(1, num_tasks + 1) if batch_size % k == 0)
+    if not 1 <= int(given) <= num_tasks or batch_size % int(given):
+        raise ValueError(f"tasks_per_batch must divide batch_size ({batch_size}) and be between 1 and {num_tasks}, got {given}")
+    return int(given)
 
 
 class MultiLabelSampler(RankAwareBatchSampler):

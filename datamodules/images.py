@@ -1,0 +1,172 @@
+"""Image datasets shared by the image DataModules: files decoded per batch (CheXpert, BDD100K), uint8 arrays
+(CIFAR), the batched CIFAR augmentation, a per-group split, and the noise images of the generated fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+__all__ = [
+    "ImageFileDataset", "ImageArrayDataset", "random_crop_flip", "stratified_split", "noise_image",
+    "IMAGENET_MEAN", "IMAGENET_STD", "CIFAR_MEAN", "CIFAR_STD",
+]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.2023, 0.1994, 0.2010)
+
+
+def stratified_split(groups: np.ndarray, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``(kept, held_out)`` of ``groups`` (e.g. class labels): ``round(fraction · n_g)`` of each group
+    at random are held out; both outputs sorted."""
+    held = []
+    for g in np.unique(groups):
+        members = np.flatnonzero(groups == g)
+        held.append(rng.permutation(members)[: int(round(fraction * members.size))])
+    held_out = np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
+    kept = np.setdiff1d(np.arange(groups.size), held_out)
+    return kept, held_out
+
+
+class ImageFileDataset(Dataset):
+    """Images decoded from files, one per row, plus named per-row fields; the batch is a dict of tensors.
+
+    ``__getitems__`` decodes (and augments) each image of the batch with ``load`` (in the DataLoader workers),
+    stacks them and normalizes the batch at once. A missing file raises ``FileNotFoundError`` and an unreadable one
+    ``ValueError``, both naming the file and where it was listed (``origin``).
+
+    Args:
+        root: folder the relative paths start from.
+        paths: ``[N]`` relative paths (str or bytes), ``/``-separated.
+        fields: ``{name: [N, ...] tensor}`` gathered with the batch.
+        load: ``Path -> uint8 tensor [3, S, S]`` (decode, augment, resize); must be picklable for workers.
+        mean, std: per-channel normalization of ``[0, 1]`` pixels.
+        origin: ``row -> str`` saying where a row's path came from (e.g. ``"train.csv line 12"``).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        paths: Sequence[Any],
+        fields: dict[str, torch.Tensor],
+        load: Callable[[Path], torch.Tensor],
+        mean: Sequence[float] = IMAGENET_MEAN,
+        std: Sequence[float] = IMAGENET_STD,
+        origin: Callable[[int], str] | None = None,
+    ) -> None:
+        self.root, self.paths, self.fields, self.load, self.origin = Path(root), paths, fields, load, origin
+        for name, value in fields.items():
+            if value.shape[0] != len(paths):
+                raise ValueError(f"field {name!r} has {value.shape[0]} rows, there are {len(paths)} paths")
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def path(self, i: int) -> Path:
+        rel = self.paths[i]
+        rel = rel.decode() if isinstance(rel, (bytes, np.bytes_)) else str(rel)
+        return self.root.joinpath(*rel.split("/"))
+
+    def _where(self, i: int) -> str:
+        return f" (listed in {self.origin(i)})" if self.origin is not None else ""
+
+    def image(self, i: int) -> torch.Tensor:
+        path = self.path(i)
+        try:
+            return self.load(path)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"image not found: {path}{self._where(i)}") from err
+        except (OSError, ValueError, SyntaxError) as err:  # PIL: UnidentifiedImageError, truncated files, ...
+            raise ValueError(f"cannot read image {path}{self._where(i)}: {type(err).__name__}: {err}") from err
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {k: v[0] for k, v in self.__getitems__([i]).items()}
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        x = torch.stack([self.image(int(i)) for i in idx])
+        x = x.float().div_(255.0).sub_(self.mean).div_(self.std)
+        return {"x": x, **{k: v.index_select(0, idx) for k, v in self.fields.items()}}
+
+
+class ImageArrayDataset(Dataset):
+    """Images stored as a uint8 array (e.g. memory-mapped) plus named per-row fields; a batch is decoded,
+    augmented and normalized at once in ``__getitems__``.
+
+    Args:
+        images: ``[M, H, W, 3]`` uint8 (a split refers to its rows through ``rows``).
+        rows: ``[N]`` rows of ``images`` making up this split.
+        fields: ``{name: [N] tensor}`` gathered with the batch (``y``, ``index``, ...).
+        augment: random crop with zero padding (``padding``) and horizontal flip.
+        mean, std: per-channel normalization of ``[0, 1]`` pixels.
+    """
+
+    def __init__(
+        self,
+        images: np.ndarray,
+        rows: np.ndarray,
+        fields: dict[str, torch.Tensor],
+        augment: bool = False,
+        mean: Sequence[float] = CIFAR_MEAN,
+        std: Sequence[float] = CIFAR_STD,
+        padding: int = 4,
+    ) -> None:
+        self.images, self.rows = images, np.asarray(rows, dtype=np.int64)
+        self.fields = fields
+        for name, value in fields.items():
+            if value.shape[0] != self.rows.size:
+                raise ValueError(f"field {name!r} has {value.shape[0]} rows, the split {self.rows.size}")
+        self.augment, self.padding = augment, int(padding)
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {k: v[0] for k, v in self.__getitems__([i]).items()}
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        pixels = np.ascontiguousarray(self.images[self.rows[idx.numpy()]])
+        x = torch.from_numpy(pixels).permute(0, 3, 1, 2)  # [B, 3, H, W] uint8
+        if self.augment:
+            x = random_crop_flip(x, self.padding)
+        x = x.float().div_(255.0).sub_(self.mean).div_(self.std)
+        return {"x": x, **{k: v.index_select(0, idx) for k, v in self.fields.items()}}
+
+
+def random_crop_flip(x: torch.Tensor, padding: int = 4) -> torch.Tensor:
+    """``RandomCrop(H, padding)`` with zero fill and ``RandomHorizontalFlip(0.5)`` per image of a batch ``[B, C, H, W]``."""
+    b, c, h, w = x.shape
+    padded = torch.nn.functional.pad(x, (padding, padding, padding, padding))
+    top = torch.randint(0, 2 * padding + 1, (b,))
+    left = torch.randint(0, 2 * padding + 1, (b,))
+    rows = (top[:, None] + torch.arange(h))[:, None, :, None]
+    cols = (left[:, None] + torch.arange(w))[:, None, None, :]
+    out = padded[torch.arange(b)[:, None, None, None], torch.arange(c)[None, :, None, None], rows, cols]
+    flip = torch.rand(b) < 0.5
+    return torch.where(flip[:, None, None, None], out.flip(-1), out)
+
+
+# ---------------------------------------------------------------------------------------------- the DataModule
+
+
+def noise_image(rng: np.random.Generator, size: tuple[int, int], channels: int, grain: int = 8) -> np.ndarray:
+    """A smooth random image (upsampled coarse noise plus ±``grain`` grain): JPEG sizes and decode times of the order
+    of the releases' (CheXpert-small: about 30 KB here, 50 KB on average in the release)."""
+    from PIL import Image
+
+    w, h = size
+    coarse = rng.integers(0, 256, (max(2, h // 32), max(2, w // 32), channels), dtype=np.uint8)
+    img = Image.fromarray(coarse.squeeze(-1) if channels == 1 else coarse).resize((w, h), Image.BILINEAR)
+    arr = np.asarray(img, dtype=np.int16) + rng.integers(-grain, grain + 1, (h, w) if channels == 1 else (h, w, channels))
+    return np.clip(arr, 0, 255).astype(np.uint8)
