@@ -208,6 +208,8 @@ class CIFARLTDataModule(FCCODataModule):
         augment: random crop and flip for training.
         batch_size: global training batch size.
         num_positives: binary tasks: positives per batch (None: half the batch, the dual sampler's default).
+        sampler: binary tasks: ``"dual"`` (positives oversampled to ``num_positives`` per batch, what the AP and
+            pAUC objectives need) or ``"uniform"`` (plain shuffled batches, e.g. cross-entropy pre-training).
         num_batches: batches per epoch (None: one pass over the negatives (binary tasks) or the training set).
         seed: the long-tail selection (LDAM's ``rand_number``), the split, the dropping of positives and the sampler.
         download: fetch and extract the archive with torchvision's downloader when the files are missing.
@@ -234,6 +236,7 @@ class CIFARLTDataModule(FCCODataModule):
         augment: bool = True,
         batch_size: int = 128,
         num_positives: int | None = None,
+        sampler: Literal["dual", "uniform"] = "dual",
         num_batches: int | None = None,
         seed: int = 0,
         download: bool = False,
@@ -246,6 +249,9 @@ class CIFARLTDataModule(FCCODataModule):
             raise ValueError(f"dataset must be one of {sorted(_SPECS)}, got {dataset!r}")
         if task not in _TASKS:
             raise ValueError(f"task must be one of {_TASKS}, got {task!r}")
+        if sampler not in ("dual", "uniform"):
+            raise ValueError(f"sampler must be 'dual' or 'uniform', got {sampler!r}")
+        self.sampler = sampler
         if profile not in ("exp", "step"):
             raise ValueError(f"profile must be 'exp' or 'step', got {profile!r}")
         if not 0.0 < positive_keep <= 1.0:
@@ -387,7 +393,7 @@ class CIFARLTDataModule(FCCODataModule):
         self.val_dataset = self._dataset("val") if self.rows["val"].size else self.test_dataset
 
     def build_train_sampler(self) -> RankAwareBatchSampler:
-        if self.task == "multiclass":
+        if self.task == "multiclass" or self.sampler == "uniform":
             return UniformBatchSampler(self.sizes["num_samples"], self.batch_size, self.num_batches, seed=self.seed)
         return DualSampler(self._fields["train"]["y"], self.batch_size, self.num_positives, num_batches=self.num_batches, seed=self.seed)
 
