@@ -158,3 +158,19 @@ def test_training_on_multi_label_data_logs_the_mean_and_each_task(tmp_path):
     reference = [average_precision_score(y[y[:, t] >= 0, t], module(dm.val_dataset.fields).detach()[y[:, t] >= 0, t])
                  for t in range(3)]
     assert per_task == pytest.approx(reference, rel=1e-5)
+
+
+def test_multiclass_accuracy_overall_and_per_class():
+    from fccolit.metrics import MulticlassAccuracy, metric_kind
+
+    assert metric_kind("val/accuracy") == "multiclass"
+    metric = build_metric("accuracy")
+    assert isinstance(metric, MulticlassAccuracy)
+    scores = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 2.0, 1.0]])
+    labels = torch.tensor([0, 1, 1, 2, 2])
+    metric.update(scores[:2], labels[:2])
+    metric.update(scores[2:], labels[2:])
+    assert float(metric.compute()) == pytest.approx(2 / 5)
+    assert metric.per_task.tolist() == pytest.approx([1.0, 0.5, 0.0])
+    with pytest.raises(ValueError, match=r"class labels must be in \[0, 3\)"):
+        metric.update(scores, torch.tensor([0, 1, 2, 3, 0]))

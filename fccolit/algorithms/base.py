@@ -88,6 +88,8 @@ class FCCOModule(LightningModule):
             model.bind_sizes(self.data_sizes)
         if self.data_sizes and objective is not None:
             objective.bind_sizes(self.data_sizes)
+        if objective is not None:
+            objective.bind_model(model)
         default_metrics = objective.default_metrics if objective is not None else self.default_metrics
         self.metric_names = list(metrics) if metrics is not None else list(default_metrics)
         self.metrics = nn.ModuleDict(
@@ -237,6 +239,8 @@ class FCCOModule(LightningModule):
     def update_metric(self, metric: nn.Module, name: str, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
         if metric_kind(name) == "ranking":
             metric.update(scores, batch["relevance"], batch.get("mask"))
+        elif metric_kind(name) == "multiclass":  # [B, C] scores, class labels [B]
+            metric.update(scores, batch["y"].reshape(-1))
         elif batch["y"].dim() == 2 and batch["y"].shape[1] > 1:  # multi-task: [B, T] scores and labels (−1: none)
             metric.update(scores, batch["y"])
         else:
@@ -253,7 +257,8 @@ class FCCOModule(LightningModule):
             metric = self.metrics[stage][_metric_key(name)]
             if sanity:  # two sanity batches need not hold both classes: do not judge them
                 metric.reset()
-            elif self.data_sizes.get("num_tasks", 1) > 1 and metric_kind(name) != "ranking":  # mean and each task
+            elif metric_kind(name) == "multiclass" or (self.data_sizes.get("num_tasks", 1) > 1 and metric_kind(name) != "ranking"):
+                # the mean over tasks (or overall accuracy) and each task (class)
                 self.log(f"{stage}/{name}", metric.compute(), prog_bar=stage == "val")  # compute syncs the ranks
                 task_names = getattr(getattr(self.trainer, "datamodule", None), "task_names", None)
                 per_task = metric.per_task.tolist() if metric.per_task is not None else []

@@ -14,6 +14,7 @@ name                    metric                                           kind
 ``pauc_A_B``            ``PartialAUC(A, B, "normalized")``               binary
 ``pauc_A_B_raw``        ``PartialAUC(A, B, "raw")``                      binary
 ``pauc_0_B_mcclish``    ``PartialAUC(0, B, "mcclish")``                  binary
+``accuracy``            ``MulticlassAccuracy()`` (top-1, per class too)  multiclass
 ======================  ===============================================  =========
 
 ``A`` and ``B`` are decimal numbers, e.g. ``pauc_0.05_0.5``; ``pauc_A_B_normalized`` is also accepted.
@@ -28,6 +29,7 @@ import torchmetrics
 from fccolit.metrics.classification import (
     AUROC,
     AveragePrecision,
+    MulticlassAccuracy,
     PartialAUC,
     auroc,
     average_precision,
@@ -44,6 +46,7 @@ __all__ = [
     "AveragePrecision",
     "AUROC",
     "PartialAUC",
+    "MulticlassAccuracy",
     "average_precision",
     "auroc",
     "partial_auc",
@@ -59,7 +62,7 @@ _PAUC_RE = re.compile(rf"pauc_{_NUM}_{_NUM}(?:_(normalized|raw|mcclish))?")
 _ACCEPTED = (
     "accepted metric names: 'ndcg' (full list), 'ndcg@K' (K >= 1, e.g. 'ndcg@10'), 'ap', 'auroc', "
     "'pauc_A_B' (normalized pAUC on FPR in [A, B], e.g. 'pauc_0.05_0.5'), 'pauc_A_B_raw', "
-    "'pauc_0_B_mcclish'; an optional '<split>/' prefix is ignored"
+    "'pauc_0_B_mcclish', 'accuracy' (multi-class top-1); an optional '<split>/' prefix is ignored"
 )
 
 
@@ -75,6 +78,8 @@ def _parse(name: str) -> tuple[str, dict]:
         return "ap", {}
     if key == "auroc":
         return "auroc", {}
+    if key == "accuracy":
+        return "accuracy", {}
     m = _NDCG_RE.fullmatch(key)
     if m:
         k = None if m.group(1) is None else int(m.group(1))
@@ -103,11 +108,14 @@ def build_metric(name: str) -> torchmetrics.Metric:
         return AveragePrecision()
     if family == "auroc":
         return AUROC()
+    if family == "accuracy":
+        return MulticlassAccuracy()
     return PartialAUC(**kwargs)
 
 
 def metric_kind(name: str) -> str:
-    """``"ranking"`` for NDCG names (``update(preds[Q, L], target[Q, L], mask)``), ``"binary"`` for AP, AUROC
-    and pAUC names (``update(preds[N], target[N])``). Raises ValueError on an unknown name."""
+    """``"ranking"`` for NDCG names (``update(preds[Q, L], target[Q, L], mask)``), ``"multiclass"`` for accuracy
+    (``update(preds[N, C], target[N])``), ``"binary"`` for AP, AUROC and pAUC names (``update(preds[N],
+    target[N])``, or ``[N, T]`` both for T tasks). Raises ValueError on an unknown name."""
     family, _ = _parse(name)
-    return "ranking" if family == "ndcg" else "binary"
+    return {"ndcg": "ranking", "accuracy": "multiclass"}.get(family, "binary")

@@ -38,6 +38,7 @@ __all__ = [
     "AveragePrecision",
     "AUROC",
     "PartialAUC",
+    "MulticlassAccuracy",
 ]
 
 _NORMALIZATIONS = ("normalized", "raw", "mcclish")
@@ -399,3 +400,45 @@ class PartialAUC(_BinaryCatMetric):
 
     def _value(self, preds: Tensor, target: Tensor) -> Tensor:
         return partial_auc(preds, target, self.fpr_min, self.fpr_max, self.normalization)
+
+
+class MulticlassAccuracy(torchmetrics.Metric):
+    """Top-1 accuracy of ``[N, C]`` class scores against class labels ``[N]`` (long in ``[0, C)``), over all
+    samples of all processes (sum states: exact under DDP). ``compute()`` returns the overall accuracy and keeps
+    each class's accuracy (its recall: correct / samples of that class; NaN for a class never seen) in
+    :attr:`per_task` ``[C]``, which the algorithm modules log as ``{stage}/accuracy/<class>`` (e.g. the target
+    class of the continual-learning task, whose change is seed 004's "target ΔACC").
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(self, num_classes: int | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.num_classes = num_classes
+        self.add_state("correct", default=torch.zeros(num_classes or 0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("total", default=torch.zeros(num_classes or 0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.per_task: Tensor | None = None
+
+    def update(self, preds: Tensor, target: Tensor) -> None:  # type: ignore[override]
+        if preds.ndim != 2 or target.ndim != 1 or target.shape[0] != preds.shape[0]:
+            raise ValueError(f"accuracy takes scores [N, C] and class labels [N], got {tuple(preds.shape)} and {tuple(target.shape)}")
+        num_classes = preds.shape[1]
+        if self.total.numel() == 0:  # the width comes from the first batch (the same on every rank)
+            self.correct = torch.zeros(num_classes, dtype=torch.float64, device=preds.device)
+            self.total = torch.zeros(num_classes, dtype=torch.float64, device=preds.device)
+        if self.total.numel() != num_classes:
+            raise ValueError(f"accuracy: scores have {num_classes} classes, earlier batches had {self.total.numel()}")
+        target = target.to(preds.device).long()
+        if bool(((target < 0) | (target >= num_classes)).any()):
+            raise ValueError(f"accuracy: class labels must be in [0, {num_classes}), got e.g. {target[(target < 0) | (target >= num_classes)][0].item()}")
+        hit = (preds.argmax(1) == target).to(torch.float64)
+        self.correct.index_add_(0, target, hit)
+        self.total.index_add_(0, target, torch.ones_like(hit))
+
+    def compute(self) -> Tensor:
+        if float(self.total.sum()) == 0:
+            raise ValueError("accuracy is undefined without samples")
+        self.per_task = self.correct / self.total  # NaN for a class never seen
+        return self.correct.sum() / self.total.sum()

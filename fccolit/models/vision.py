@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["ResNet20", "TorchvisionBackbone", "CLIPClassifier", "load_backbone_state"]
+__all__ = ["ResNet20", "TorchvisionBackbone", "CLIPClassifier", "load_backbone_state", "write_tiny_clip"]
 
 
 def _scores(out: torch.Tensor, num_outputs: int | None) -> torch.Tensor:
@@ -335,6 +335,9 @@ class CLIPClassifier(_OutputSized):
         target: zero-shot head: index of the prompt whose binary logit is the output (None: all logits).
         num_outputs: linear head width (None: from the data); for the zero-shot head it is derived (C, or 1 with
             ``target``) and only checked against the data.
+        logit_scale: a fixed multiplier of the cosine similarities in place of CLIP's learned
+            ``exp(logit_scale)`` (which is then frozen): e.g. 1.0 outputs the cosines themselves, for objectives
+            that apply their own temperature (seed 004's continual learning, τ = 0.05). None: the learned one.
     """
 
     def __init__(
@@ -346,6 +349,7 @@ class CLIPClassifier(_OutputSized):
         head: str = "zero_shot",
         target: int | None = None,
         num_outputs: int | None = None,
+        logit_scale: float | None = None,
     ) -> None:
         super().__init__()
         from transformers import CLIPConfig, CLIPModel
@@ -365,6 +369,11 @@ class CLIPClassifier(_OutputSized):
             raise ValueError("CLIPClassifier needs pretrained_path (a local folder) or config (a random model); weights are never downloaded")
         self.head_type, self.target = head, target
         self.embed_dim = int(self.clip.config.projection_dim)
+        self.fixed_logit_scale = None if logit_scale is None else float(logit_scale)
+        if self.fixed_logit_scale is not None:
+            if not self.fixed_logit_scale > 0.0:
+                raise ValueError(f"CLIPClassifier: logit_scale must be > 0 (or None for the learned one), got {logit_scale}")
+            self.clip.logit_scale.requires_grad_(False)  # unused: no gradient (DDP would flag it otherwise)
         if head == "zero_shot":
             if not prompts:
                 raise ValueError("CLIPClassifier(head='zero_shot') needs one text prompt per class (prompts=[...])")
@@ -426,7 +435,8 @@ class CLIPClassifier(_OutputSized):
     def class_logits(self, x: torch.Tensor) -> torch.Tensor:
         """Zero-shot logits ``[B, C]``."""
         text = self.text_embeddings(self.prompt_ids, self.prompt_mask)
-        return self.clip.logit_scale.exp() * self.image_embeddings(x) @ text.t()
+        scale = self.clip.logit_scale.exp() if self.fixed_logit_scale is None else self.fixed_logit_scale
+        return scale * self.image_embeddings(x) @ text.t()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.head_type == "linear":
@@ -437,3 +447,40 @@ class CLIPClassifier(_OutputSized):
             return logits
         others = torch.cat([logits[:, : self.target], logits[:, self.target + 1 :]], dim=1)
         return logits[:, self.target] - torch.logsumexp(others, dim=1)
+
+
+def write_tiny_clip(folder: str | os.PathLike, image_size: int = 224, patch_size: int = 32, seed: int = 0) -> Path:
+    """Write a tiny randomly initialized CLIP model and a character-level tokenizer into ``folder`` with
+    ``save_pretrained``: a stand-in for a released CLIP folder (``CLIPClassifier(pretrained_path=folder)``) in tests
+    and config smoke tests. Two layers of width 32 in each tower, projection 16; nothing is downloaded.
+
+    The tokenizer knows lower-case letters, digits and ``.,/-`` (every BDD100K prompt). ``image_size`` must equal
+    the data's crop size (224 for the BDD100K configs).
+
+    Returns:
+        ``folder``.
+    """
+    import string
+
+    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    chars = sorted(set(string.ascii_lowercase + string.digits + ".,/-"))
+    vocab = {c: i for i, c in enumerate(chars)}
+    vocab.update({c + "</w>": len(chars) + i for i, c in enumerate(chars)})
+    vocab.update({"<|startoftext|>": len(vocab), "<|endoftext|>": len(vocab) + 1})
+    tokenizer = CLIPTokenizer(vocab=vocab, merges=[])
+    config = CLIPConfig(
+        text_config={"vocab_size": len(vocab), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                     "num_attention_heads": 2, "max_position_embeddings": 40, "eos_token_id": tokenizer.eos_token_id,
+                     "bos_token_id": tokenizer.bos_token_id, "pad_token_id": tokenizer.pad_token_id},
+        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                       "image_size": int(image_size), "patch_size": int(patch_size)},
+        projection_dim=16,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        CLIPModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

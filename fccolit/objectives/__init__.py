@@ -3,6 +3,7 @@
 from fccolit.objectives.ap import AveragePrecision
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.constrained import ConstrainedObjective, GroupDROCVaR, ROCFairnessAUC
+from fccolit.objectives.continual import ContinualLearning
 from fccolit.objectives.listwise import ListwiseCE
 from fccolit.objectives.nca import NCA
 from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
@@ -11,6 +12,6 @@ from fccolit.objectives.pauc import PartialAUCRange, RankedRangeObjective, SumOf
 from fccolit.objectives.pnorm_push import PNormPush
 
 __all__ = ["FCCOObjective", "InnerBatch", "AveragePrecision", "ListwiseCE", "NCA", "PNormPush", "CompositeObjective", "Hinge", "SmoothedHinge",
-           "SquaredHinge", "GapPenalty", "make_penalty", "GroupDROCVaR", "ConstrainedObjective", "ROCFairnessAUC",
+           "SquaredHinge", "GapPenalty", "make_penalty", "GroupDROCVaR", "ConstrainedObjective", "ROCFairnessAUC", "ContinualLearning",
            "PartialAUCRange", "RankedRangeObjective", "SumOfRankedRange",
            "NDCGSurrogate", "TopKNDCGSurrogate", "SOLCListwiseCE"]

@@ -85,6 +85,11 @@ class FCCOObjective(nn.Module):
         """Projection box Ω for the state rows as ``(lower, upper)`` (None: no projection)."""
         return None, None
 
+    def bind_model(self, model: nn.Module) -> None:
+        """Receive the backbone once it is built for the data (called by the algorithm module after
+        :meth:`bind_sizes`). Objectives that need it, e.g. a frozen copy ``w_old`` for non-forgetting constraints
+        (:class:`~fccolit.objectives.ContinualLearning`), take it here. The default does nothing."""
+
     def num_rows(self, sizes: dict[str, int]) -> int:
         """Number of outer indices, read from the DataModule's sizes."""
         if self.state_rows not in sizes:

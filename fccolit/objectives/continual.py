@@ -1,0 +1,235 @@
+"""Continual learning with non-forgetting constraints (seed 004 §1.5(c), §3.3 and Appendix F.3, after Li et al. [7],
+"model developmental safety")::
+
+    min_w  F(w) = (1/n) Σ_{i ∈ D} L_GCL(w; x_i, t_i)                            (D: the target class's data)
+    s.t.   h_k(w) = L_k(w, D_k) − L_k(w_old, D_k) − ε_k ≤ 0,    k = 1..m        (one per protected class)
+
+solved through the penalty problem ``F + (1/m) Σ_k p(h_k)`` of :class:`~fccolit.objectives.constrained.ConstrainedObjective`
+(SONEX smooths a hinge ``p`` with its λ: the paper's "SONEX + smoothed hinge"; PenaltySOX with the squared hinge is
+its baseline). ``w_old`` is a frozen copy of the model (:meth:`ContinualLearning.bind_model`). See
+:class:`ContinualLearning` for the exact estimators.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import ClassVar, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fccolit.objectives.constrained import ConstrainedObjective
+
+__all__ = ["ContinualLearning"]
+
+
+class ContinualLearning(ConstrainedObjective):
+    r"""CLIP fine-tuning on a target class under one non-forgetting constraint per protected class.
+
+    The model scores every image against every class prompt: ``scores [B, C]`` are the cosine similarities
+    ``s_ic = E_I(x_i)ᵀ E_T(prompt_c)`` (:class:`~fccolit.models.vision.CLIPClassifier` with ``logit_scale=1.0``),
+    and ``z = s/τ`` are the logits of both terms.
+
+    **Objective** ``g_0`` (paper F.3, two-way global contrastive loss, τ = 0.05): the anchors are the target-class
+    images of the batch, each paired with its class prompt ``t_i``; the contrast sets are the anchor itself plus
+    the batch's non-target samples ``N`` (their prompts ``T_i⁻``, their images ``I_i⁻``; the paper's sets "include
+    the positive", and the printed second denominator's index is corrected, seed 004 erratum 16)::
+
+        L_GCL(i) = −τ log[ e^{z_{i,t_i}} / (e^{z_{i,t_i}} + Σ_{j∈N} e^{z_{i,t_j}}) ]        (image → texts)
+                   −τ log[ e^{z_{i,t_i}} / (e^{z_{i,t_i}} + Σ_{j∈N} e^{z_{j,t_i}}) ]        (text → images)
+        ĝ_0 = mean over the batch's target images of L_GCL(i)          (0, with the graph, without anchors or N)
+
+    This is the mini-batch estimate (direct term): the paper's "modified SONEX" also tracks the GCL's inner
+    sums with MSVR (γ_1 = 0.8, γ_1' = 0.1); here only the constraints have tracked state.
+
+    **Constraints** (one state row each, d' = 1): ``ℓ(w; x, c) = CE(z(x), c)``, the cross-entropy of the image over
+    the task's prompts (the "logistic loss for the k-th classification task", DevSafety's zero-shot CE with logits
+    1/τ · cos), and for protected class ``c_k`` with data ``D_k``::
+
+        g_k(w) = (1/n_k) Σ_{x ∈ D_k} [ ℓ(w; x, c_k) − ℓ(w_old; x, c_k) ] − ε_k
+
+    :meth:`constraint_statistics` gives its sums and counts over a batch, so SONEX's mini-batch inner value and the
+    violation logger's full-data value are the same formula. The old model's losses come from a forward pass of the
+    frozen copy on the same images (no gradient). At ``w = w_old`` every ``g_k`` is exactly ``−ε_k``: the
+    constraints start on their bound (ε = 0) and the penalty's multiplier estimates start at 0.
+
+    **The old model** ``w_old``: a deep copy of the model taken by :meth:`bind_model` (every algorithm module calls it when
+    they are built, i.e. the weights before any step: the pre-trained CLIP), or the weights in ``old_weights_path``
+    (a local state dict or Lightning checkpoint, e.g. the previous stage's final model). It is a submodule with
+    ``requires_grad = False``: it moves with the module to the device and dtype, is never among the optimizer's or
+    SONEX's trainable parameters, gets no gradient, stays in eval mode, and its weights are in every checkpoint
+    (``objective.old_model.*``), so a resumed run keeps the same ``w_old``.
+
+    Batch fields: ``x`` (the images, for the old model) and the class index of each sample: ``label`` when the
+    batch has it (BDD100K with ``target`` set), else ``y`` (BDD100K's classification task, ``target`` unset).
+    Samples of classes neither target nor protected only serve as contrast negatives.
+
+    Args:
+        target: the target class (column of ``scores``), e.g. 5 = foggy in BDD100K's weather classes.
+        protected: the constrained classes (None: every class of ``sizes["num_classes"]`` but the target).
+        temperature: τ (0.05, the paper's).
+        penalty, rho, lam: see :class:`~fccolit.objectives.constrained.ConstrainedObjective` (ρ grid of the paper:
+            {0.01, 0.1, 1, 5, 10, 20, 40, 80} for SONEX + smoothed hinge, {1, 20, …, 800} for SOX + squared hinge).
+        slack: ε ≥ 0, one value for every constraint or one per constraint (0: "no worse than the old model").
+        old_weights_path: local weights of the old model (None: the model's own at :meth:`bind_model`).
+        class_names: names of the classes (for :meth:`constraint_names`).
+    """
+
+    batch_fields: ClassVar[tuple[str, ...]] = ("y",)
+    default_metrics: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        target: int,
+        protected: Sequence[int] | None = None,
+        temperature: float = 0.05,
+        penalty: str = "hinge",
+        rho: float = 10.0,
+        lam: float | None = None,
+        slack: float | Sequence[float] = 0.0,
+        old_weights_path: str | os.PathLike | None = None,
+        class_names: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__(penalty=penalty, rho=rho, lam=lam)
+        if not float(temperature) > 0.0:
+            raise ValueError(f"the temperature τ must be > 0, got {temperature}")
+        self.target, self.temperature = int(target), float(temperature)
+        self.class_names = None if class_names is None else list(class_names)
+        self.old_weights_path = None if old_weights_path is None else str(old_weights_path)
+        self._slack = slack
+        self.protected: list[int] | None = None
+        self.old_model: nn.Module | None = None
+        self._memo: tuple[torch.Tensor, int, torch.Tensor] | None = None  # (images, their version, old scores)
+        if protected is not None:
+            self._set_protected(list(protected))
+
+    # ------------------------------------------------------------------ configuration
+    def _set_protected(self, protected: list[int], num_classes: int | None = None) -> None:
+        protected = [int(c) for c in protected]
+        bad = [c for c in protected if c < 0 or c == self.target or (num_classes is not None and c >= num_classes)]
+        if bad or len(set(protected)) != len(protected) or not protected:
+            raise ValueError(
+                f"ContinualLearning: protected classes must be distinct class indices other than the target "
+                f"({self.target}){'' if num_classes is None else f' below num_classes={num_classes}'}; got {protected}"
+            )
+        slack = torch.as_tensor(self._slack, dtype=torch.float64).reshape(-1)
+        if slack.numel() == 1:
+            slack = slack.expand(len(protected)).clone()
+        if slack.numel() != len(protected) or not bool((slack >= 0).all()):
+            raise ValueError(f"slack (ε) must be one value >= 0 or one per protected class ({len(protected)}), got {self._slack}")
+        self.protected, self.num_constraints = protected, len(protected)
+        # class index → constraint row (−1: the target and unprotected classes); non-persistent, sized by the classes
+        rows = torch.full((max(protected + [self.target]) + 1,), -1, dtype=torch.long)
+        rows[torch.tensor(protected)] = torch.arange(len(protected))
+        self.register_buffer("constraint_row", rows, persistent=False)
+        self.register_buffer("slack", slack, persistent=False)
+
+    def bind_sizes(self, sizes: dict[str, int]) -> None:
+        """Take the protected classes from ``sizes["num_classes"]`` (every class but the target) when not given."""
+        num_classes = sizes.get("num_classes")
+        if num_classes is not None and not 0 <= self.target < int(num_classes):
+            raise ValueError(f"ContinualLearning: target={self.target} is not a class index (the data has {num_classes} classes)")
+        if self.protected is None:
+            if num_classes is None:
+                raise ValueError(
+                    "ContinualLearning needs the protected classes: pass protected=[...] or use data with "
+                    f"sizes['num_classes'] (e.g. BDD100KDataModule without target); the sizes are {sorted(sizes)}"
+                )
+            self._set_protected([c for c in range(int(num_classes)) if c != self.target], int(num_classes))
+        elif num_classes is not None:
+            self._set_protected(self.protected, int(num_classes))
+
+    def bind_model(self, model: nn.Module) -> None:
+        """Keep a frozen copy of ``model`` as ``w_old`` (then load ``old_weights_path`` into it, when given)."""
+        old = copy.deepcopy(model)
+        if self.old_weights_path is not None:
+            from fccolit.models.vision import load_backbone_state
+
+            load_backbone_state(old, self.old_weights_path, head_prefix="fc.", load_head=True)  # every tensor
+        old.requires_grad_(False)
+        self.old_model = old.eval()
+        self._memo = None
+
+    def train(self, mode: bool = True) -> "ContinualLearning":
+        super().train(mode)
+        if self.old_model is not None:
+            self.old_model.eval()  # w_old is evaluated, never trained (dropout, BatchNorm statistics)
+        return self
+
+    def constraint_names(self) -> list[str]:
+        if self.protected is None:
+            return super().constraint_names()
+        names = self.class_names or [f"class_{c}" for c in range(max(self.protected) + 1)]
+        return [f"no_worse_on_{names[c]}" for c in self.protected]
+
+    # ------------------------------------------------------------------ the pieces
+    @staticmethod
+    def labels_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The class index of every sample, ``[B]`` (``label`` if present, else ``y``)."""
+        return (batch["label"] if "label" in batch else batch["y"]).reshape(-1).long()
+
+    def old_scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``w_old``'s scores of the batch's images, ``[B, C]``, without gradient.
+
+        A training step evaluates the constraints twice on the same images (at w_t and, for the MSVR correction, at
+        w_{t−1}); the old model's scores of the last image tensor are reused while that tensor is unchanged.
+        """
+        if self.old_model is None:
+            raise RuntimeError(
+                "ContinualLearning has no old model yet: the algorithm module binds it (SONEX / ALEXR2 call "
+                "bind_model(model) when built); standalone, call objective.bind_model(model)"
+            )
+        x = batch["x"]
+        memo = self._memo
+        if memo is not None and memo[0] is x and memo[1] == x._version:
+            return memo[2]
+        with torch.no_grad():
+            scores = self.old_model(x)
+        self._memo = (x, x._version, scores)
+        return scores
+
+    def sample_losses(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """``ℓ(x, c) = CE(s(x)/τ, c)`` of every sample, ``[B]``."""
+        if scores.dim() != 2:
+            raise ValueError(
+                f"ContinualLearning needs scores [B, C] against every class prompt, got shape {tuple(scores.shape)}: "
+                "use CLIPClassifier with one prompt per class, target=None (and logit_scale=1.0)"
+            )
+        return F.cross_entropy(scores / self.temperature, labels, reduction="none")
+
+    def constraint_statistics(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per constraint k: ``Σ_{x∈batch∩D_k} (ℓ(w; x) − ℓ(w_old; x)) − ε_k n_k`` and ``n_k``, both ``[m, 1]``."""
+        if self.protected is None:
+            raise RuntimeError("ContinualLearning: protected classes unknown; call bind_sizes(sizes) or pass protected")
+        labels = self.labels_of(batch)
+        old = self.old_scores(batch).to(scores.dtype)
+        difference = self.sample_losses(scores, labels) - self.sample_losses(old, labels)
+        known = labels < self.constraint_row.numel()
+        rows = torch.where(known, self.constraint_row[labels.clamp(max=self.constraint_row.numel() - 1)], -1)
+        member = (rows.unsqueeze(1) == torch.arange(self.num_constraints, device=rows.device)).to(scores.dtype)
+        counts = member.sum(0)
+        sums = member.t() @ difference - self.slack.to(scores.dtype) * counts
+        return sums.unsqueeze(-1), counts.unsqueeze(-1)
+
+    def direct(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``ĝ_0``: the mean two-way contrastive loss of the batch's target images (see the class docstring)."""
+        labels = self.labels_of(batch)
+        logits = scores / self.temperature
+        anchor = labels == self.target
+        contrast = ~anchor
+        if not bool(anchor.any()) or not bool(contrast.any()):
+            return scores.sum() * 0.0
+        positive = logits[anchor, self.target]  # z_{i,t_i}, [P]
+        to_texts = logits[anchor][:, labels[contrast]]  # z_{i,t_j}, [P, N]
+        to_images = logits[contrast, self.target].expand(positive.numel(), -1)  # z_{j,t_i}, [P, N]
+        image_side = torch.logsumexp(torch.cat([positive.unsqueeze(1), to_texts], 1), 1) - positive
+        text_side = torch.logsumexp(torch.cat([positive.unsqueeze(1), to_images], 1), 1) - positive
+        return self.temperature * (image_side + text_side).mean()
+
+    def extra_repr(self) -> str:
+        return (f"target={self.target}, protected={self.protected}, temperature={self.temperature}, "
+                f"penalty={self.outer_fn!r}, old_weights_path={self.old_weights_path!r}")
