@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -17,7 +19,12 @@ class MetricsSummary(Callback):
             return
         width = max(len(k) for k in rows)
         lines = ["", f"{'metric'.ljust(width)}  value", f"{'-' * width}  ------"]
-        lines += [f"{k.ljust(width)}  {v:.4f}" for k, v in sorted(rows.items())]
+        lines += [f"{k.ljust(width)}  {rows[k]:.4f}" for k in sorted(rows, key=_natural)]
         if trainer.logger is not None and getattr(trainer.logger, "log_dir", None):
             lines.append(f"TensorBoard logs: {trainer.logger.log_dir}  (tensorboard --logdir {trainer.logger.save_dir})")
         print("\n".join(lines))
+
+
+def _natural(name: str) -> list:
+    """Sort key putting ``constraint_2`` before ``constraint_10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
