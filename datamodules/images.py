@@ -83,7 +83,10 @@ class ImageFileDataset(Dataset):
         try:
             return self.load(path)
         except FileNotFoundError as err:
-            raise FileNotFoundError(f"image not found: {path}{self._where(i)}") from err
+            raise FileNotFoundError(
+                f"image not found: {path}{self._where(i)}. The images under {self.root} are incomplete: extract the "
+                "release's images again into it (labels and images must come from the same release)"
+            ) from err
         except (OSError, ValueError, SyntaxError) as err:  # PIL: UnidentifiedImageError, truncated files, ...
             raise ValueError(f"cannot read image {path}{self._where(i)}: {type(err).__name__}: {err}") from err
 

@@ -16,19 +16,15 @@ Every rank writes ``DIR/rank{r}.pt`` with the module's state dict, the optimizer
 batch trace and the schedule's initial values.
 """
 
-import argparse
 import os
 import sys
 
 import torch
-from lightning.pytorch import Trainer, seed_everything
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch import seed_everything
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ddp_run import BatchTrace  # noqa: E402
+from ddp_harness import arguments, fit_and_save  # noqa: E402
 
 from fccolit.algorithms.sox import ADAP, MOAP, MOAPV2  # noqa: E402
 from fccolit.callbacks.schedules import InverseSqrtSchedule  # noqa: E402
@@ -89,45 +85,11 @@ def build(algo):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--algo", required=True)
-    ap.add_argument("--devices", type=int, default=1)
-    ap.add_argument("--max-steps", type=int, default=30)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--save-every", type=int, default=0)
-    ap.add_argument("--resume", default=None)
-    args = ap.parse_args()
+    args = arguments(max_steps=30, add=lambda parser: parser.add_argument("--algo", required=True))
     model, data, callbacks = build(args.algo)
-    trace = BatchTrace()
-    callbacks = callbacks + [trace]
-    if args.save_every:
-        callbacks.append(
-            ModelCheckpoint(dirpath=args.out, filename="{step}", every_n_train_steps=args.save_every, save_top_k=-1)
-        )
-    strategy = DDPStrategy(process_group_backend="gloo", broadcast_buffers=False) if args.devices > 1 else "auto"
-    trainer = Trainer(
-        accelerator="cpu",
-        devices=args.devices,
-        strategy=strategy,
-        precision="64-true",
-        max_steps=args.max_steps,
-        use_distributed_sampler=False,
-        logger=False,
-        enable_checkpointing=bool(args.save_every),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=callbacks,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
-    trainer.fit(model, datamodule=data, ckpt_path=args.resume)
     schedules = [c for c in callbacks if isinstance(c, InverseSqrtSchedule)]
-    torch.save(
-        {"module": model.state_dict(), "optimizer": trainer.optimizers[0].state_dict(), "step": trainer.global_step,
-         "trace": trace.trace, "ema_weight": model.ema_weight,
-         "schedule": schedules[0].state_dict() if schedules else None},
-        os.path.join(args.out, f"rank{trainer.global_rank}.pt"),
-    )
+    fit_and_save(model, data, args, callbacks=callbacks, extras=lambda trainer: {
+        "ema_weight": model.ema_weight, "schedule": schedules[0].state_dict() if schedules else None})
 
 
 if __name__ == "__main__":

@@ -19,12 +19,11 @@ import argparse
 import os
 import sys
 
-import torch
-from lightning.pytorch import Trainer, seed_everything
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch import Callback, seed_everything
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from ddp_harness import arguments, fit_and_save  # noqa: E402
 
 from fccolit.algorithms.alexr2 import ALEXR2  # noqa: E402
 from fccolit.algorithms.sonex import SONEX  # noqa: E402
@@ -34,14 +33,6 @@ from fccolit.datamodules.grouped import SyntheticGroupedDataModule  # noqa: E402
 from fccolit.models import MLP  # noqa: E402
 from fccolit.objectives.constrained import GroupDROCVaR, ROCFairnessAUC  # noqa: E402
 from fccolit.optim import AdaptiveMomentum, Momentum  # noqa: E402
-
-
-class BatchTrace(Callback):
-    def __init__(self):
-        self.trace = {}
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self.trace[trainer.global_step] = (trainer.current_epoch, batch_idx, batch["index"].tolist())
 
 
 def build(args):
@@ -84,48 +75,22 @@ def run(algo, devices, max_steps, out, data=None, save_every=0, resume=None):
     args = argparse.Namespace(algo=algo, devices=devices, max_steps=max_steps, out=out, data=data,
                               save_every=save_every, resume=resume)
     model, data = build(args)
-    trace = BatchTrace()
-    callbacks = [trace]
-    logger_cb = at_validation = None
+    callbacks, logger_cb, at_validation = [], None, None
     if args.algo == "alexr2":
         logger_cb, at_validation = ConstraintViolationLogger(stages=("train", "val")), StateAtValidation()
-        callbacks += [logger_cb, at_validation]
-    if args.save_every:
-        callbacks.append(
-            ModelCheckpoint(dirpath=args.out, filename="{step}", every_n_train_steps=args.save_every, save_top_k=-1)
-        )
-    strategy = DDPStrategy(process_group_backend="gloo", broadcast_buffers=False) if args.devices > 1 else "auto"
-    trainer = Trainer(
-        accelerator="cpu", devices=args.devices, strategy=strategy, precision="64-true",
-        max_steps=args.max_steps, use_distributed_sampler=False, logger=False,
-        enable_checkpointing=bool(args.save_every), enable_progress_bar=False, enable_model_summary=False,
-        callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=None if args.algo == "alexr2" else 0,
-    )
-    trainer.fit(model, datamodule=data, ckpt_path=args.resume)
-    torch.save(
-        {
-            "module": model.state_dict(),
-            "optimizers": [opt.state_dict() for opt in trainer.optimizers],
-            "step": trainer.global_step,
-            "trace": trace.trace,
-            "logged": logger_cb.last if logger_cb is not None else None,
-            "state_at_validation": at_validation.state if at_validation is not None else None,
-        },
-        os.path.join(args.out, f"rank{trainer.global_rank}.pt"),
-    )
+        callbacks = [logger_cb, at_validation]
+    fit_and_save(model, data, args, callbacks=callbacks, validate=args.algo == "alexr2", extras=lambda trainer: {
+        "logged": logger_cb.last if logger_cb is not None else None,
+        "state_at_validation": at_validation.state if at_validation is not None else None})
     return model, data
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--algo", choices=["sonex", "alexr2"], required=True)
-    ap.add_argument("--devices", type=int, default=1)
-    ap.add_argument("--max-steps", type=int, default=12)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--data", default=None)
-    ap.add_argument("--save-every", type=int, default=0)
-    ap.add_argument("--resume", default=None)
-    a = ap.parse_args()
+    def options(parser):
+        parser.add_argument("--algo", choices=["sonex", "alexr2"], required=True)
+        parser.add_argument("--data", default=None)
+
+    a = arguments(max_steps=12, add=options)
     run(a.algo, a.devices, a.max_steps, a.out, a.data, a.save_every, a.resume)
 
 

@@ -431,46 +431,4 @@ def test_adap_resumes_mid_run_to_the_same_trajectory_under_ddp(ddp_runs):
         assert resumed[r]["schedule"] == full[r]["schedule"]  # the schedule's initial values were restored
 
 
-# ---------------------------------------------------------------------------------------------- configs
-def write_libsvm(folder: Path, name: str = "toy", rows: int = 300, test_rows: int = 120, features: int = 12) -> None:
-    g = torch.Generator().manual_seed(5)
-    w = torch.randn(features, generator=g)
-    for fname, count in ((name, rows), (f"{name}.t", test_rows)):
-        lines = []
-        for _ in range(count):
-            active = sorted(torch.randperm(features, generator=g)[:4].tolist())
-            label = "+1" if float(w[active].sum()) + 0.5 * float(torch.randn(1, generator=g)) > 1.0 else "-1"
-            lines.append(label + " " + " ".join(f"{j + 1}:1" for j in active))
-        (folder / fname).write_text("\n".join(lines) + "\n")
-
-
-SOAP_ADAM = ["--model.init_args.mode", "adam", "--model.init_args.optimizer", "fccolit.optim.AdaptiveMomentum",
-             "--model.init_args.optimizer.lr", "0.01", "--model.init_args.optimizer.bias_correction", "true",
-             "--model.init_args.optimizer.weight_decay", "0.0002"]  # as the header of soap.yaml says
-
-
-@pytest.mark.parametrize("name,cls,extra", [("soap", SOAP, []), ("soap", SOAP, SOAP_ADAM), ("moap_v1", MOAPV1, []),
-                                            ("moap_v2", MOAPV2, []), ("adap", ADAP, [])],
-                         ids=["soap", "soap_adam", "moap_v1", "moap_v2", "adap"])
-def test_linear_experiment_configs_run(tmp_path, name, cls, extra):
-    from fccolit.cli import main
-
-    write_libsvm(tmp_path)
-    args = ["--config", str(ROOT / "configs" / "libsvm" / f"{name}.yaml"), "--data.root", str(tmp_path),
-            "--data.name", "toy", "--data.cache_dir", str(tmp_path / "cache"), "--trainer.fast_dev_run", "3",
-            "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false", *extra]
-    result = main(["fit", *args])
-    model = result.model
-    assert type(model) is cls and model.state.visited().any()
-    if extra:
-        assert model.mode == "adam" and isinstance(result.trainer.optimizers[0], AdaptiveMomentum)
-    assert model.state.num_rows == result.datamodule.sizes["num_positives"]
-    assert "val/ap" in result.trainer.callback_metrics
-    opt = result.trainer.optimizers[0]
-    assert opt.param_groups[0]["weight_decay"] == pytest.approx(2e-4)  # λ‖w‖² with λ = 1e-4
-    assert result.datamodule.batch_size == 20
-    if cls in (MOAPV2, ADAP):  # the 1/√t schedule ran: after 3 steps η = η_0/√3
-        schedule = next(c for c in result.trainer.callbacks if isinstance(c, InverseSqrtSchedule))
-        assert opt.param_groups[0]["lr"] == pytest.approx(schedule.initial["lr"][0][0] / math.sqrt(3))
-    tested = main(["test", *args])
-    assert "test/ap" in tested.trainer.callback_metrics
+# The LIBSVM configs (and soap.yaml's Adam variant) run in tests/test_configs.py.

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from lightning.pytorch import Trainer
 
 import fccolit.datamodules.cifar as cifar_module
@@ -45,6 +44,8 @@ from fccolit.samplers.multilabel import (
     multilabel_sizes,
 )
 
+from fixtures import bdd_frames, cifar_arrays as _cifar_arrays
+
 ROOT = Path(__file__).resolve().parents[1]
 BDD_SAMPLE = Path("/work/shared/data/bdd100k-labels-sample/unitest_val_bdd.json")
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -53,16 +54,6 @@ CIFAR_STD = torch.tensor([0.2023, 0.1994, 0.2010]).view(3, 1, 1)
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
-def _cifar_arrays(per_class: int, num_classes: int, test_per_class: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    train_labels = np.repeat(np.arange(num_classes), per_class)
-    rng.shuffle(train_labels)
-    test_labels = np.repeat(np.arange(num_classes), test_per_class)
-    train = rng.integers(0, 256, (train_labels.size, 32, 32, 3), dtype=np.uint8)
-    test = rng.integers(0, 256, (test_labels.size, 32, 32, 3), dtype=np.uint8)
-    return train, train_labels, test, test_labels
-
-
 @pytest.fixture(scope="module")
 def cifar_small(tmp_path_factory):
     """CIFAR-10 in the released format with 500 training images per class (a tenth of the real size)."""
@@ -70,14 +61,6 @@ def cifar_small(tmp_path_factory):
     arrays = _cifar_arrays(500, 10, 20)
     write_cifar(root, *arrays, class_names=CIFAR10_NAMES)
     return root, arrays
-
-
-@pytest.fixture(scope="module")
-def cifar_tiny(tmp_path_factory):
-    """CIFAR-10 in the released format with 40 training images per class (config smoke runs)."""
-    root = tmp_path_factory.mktemp("cifar_tiny")
-    write_cifar(root, *_cifar_arrays(40, 10, 4, seed=9), class_names=CIFAR10_NAMES)
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -90,16 +73,7 @@ def chexpert_root(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bdd_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("bdd")
-    rng = np.random.default_rng(3)
-    weather = ["clear", "overcast", "snowy", "rainy", "partly cloudy", "foggy", "undefined"]
-    frames = {
-        split: [
-            {"weather": weather[i % 7], "scene": str(rng.choice(ATTRIBUTE_VALUES["scene"])),
-             "timeofday": str(rng.choice(ATTRIBUTE_VALUES["timeofday"]))}
-            for i in range(n)
-        ]
-        for split, n in (("train", 84), ("val", 21))
-    }
+    frames = bdd_frames()
     write_bdd100k(root, frames=frames, version="2018", image_size=(96, 54), seed=0)
     return root, frames
 
@@ -698,29 +672,4 @@ def test_one_epoch_sox_ap_on_each_datamodule(cifar_small, chexpert_root, bdd_roo
         assert "train/objective_epoch" in trainer.callback_metrics, name
 
 
-def _config_args(config: Path, tmp_path: Path, overrides: list[str]) -> list[str]:
-    return ["fit", "--config", str(config), "--trainer.fast_dev_run", "1", "--trainer.default_root_dir", str(tmp_path),
-            "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu", *overrides]
-
-
-@pytest.mark.parametrize("name", ["cifar_lt/adap.yaml", "cifar_lt/soap.yaml", "chexpert/adap.yaml"])
-def test_configs_run_on_generated_data(name, cifar_tiny, chexpert_root, tmp_path):
-    from fccolit.cli import main
-
-    config = ROOT / "configs" / name
-    spec = yaml.safe_load(config.read_text())
-    if name.startswith("cifar"):
-        root = cifar_tiny  # binary_imbalanced: 200 positives -> 4 kept; validation: 41 images, 1 positive
-        overrides = ["--data.root", str(root), "--data.init_args.cache_dir", str(root / "cache"),
-                     "--data.init_args.batch_size", "16", "--data.init_args.num_positives", "4",
-                     "--data.init_args.num_workers", "0", "--data.init_args.eval_batch_size", "64"]
-    else:
-        root = chexpert_root
-        overrides = ["--data.root", str(root), "--data.init_args.cache_dir", str(root / "cache"),
-                     "--data.init_args.image_size", "32", "--data.init_args.batch_size", "8",
-                     "--data.init_args.num_positives", "2", "--data.init_args.num_workers", "0",
-                     "--data.init_args.val_fraction", "0.25", "--data.init_args.eval_batch_size", "64"]
-    result = main(_config_args(config, tmp_path, overrides))
-    assert type(result.model).__name__ == spec["model"]["class_path"].rsplit(".", 1)[1]
-    assert result.model.state.visited().any()
-    assert result.model.state.num_rows == result.datamodule.sizes["num_positives"]
+# The image configs (cifar_lt, chexpert, bdd100k) run in tests/test_configs.py.

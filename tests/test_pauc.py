@@ -680,72 +680,8 @@ def test_two_processes_equal_one_process_and_resume(tmp_path):
     for key in one:  # identical on both ranks, and the resumed run equals the uninterrupted one exactly
         assert torch.equal(tensors(double[0])[key], tensors(double[1])[key]), key
         assert torch.equal(tensors(double[0])[key], tensors(resumed[0])[key]), key
-    for step, record in single[0]["trace"].items():
-        assert sorted(double[0]["trace"][step] + double[1]["trace"][step]) == sorted(record)
+    for step, (_, _, record) in single[0]["trace"].items():
+        assert sorted(double[0]["trace"][step][2] + double[1]["trace"][step][2]) == sorted(record)
 
 
-# ---------------------------------------------------------------------------------------------- configs
-def write_libsvm(folder: Path, name="toy", rows=300, test_rows=120, features=12, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(features, generator=g)
-    for fname, count in ((name, rows), (f"{name}.t", test_rows)):
-        lines = []
-        for _ in range(count):
-            active = sorted(torch.randperm(features, generator=g)[:4].tolist())
-            label = "+1" if float(w[active].sum()) + 0.5 * float(torch.randn(1, generator=g)) > 1.0 else "-1"
-            lines.append(label + " " + " ".join(f"{j + 1}:1" for j in active))
-        (folder / fname).write_text("\n".join(lines) + "\n")
-
-
-@pytest.mark.parametrize("name,cls", [("pauc_agd", PAUCRange), ("sorr", SoRR)])
-def test_libsvm_configs_run_under_fast_dev_run(tmp_path, name, cls):
-    from fccolit.cli import main
-
-    write_libsvm(tmp_path)
-    args = ["--config", str(ROOT / "configs" / "libsvm" / f"{name}.yaml"), "--data.root", str(tmp_path),
-            "--data.name", "toy", "--data.cache_dir", str(tmp_path / "cache"), "--trainer.fast_dev_run", "3",
-            "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false"]
-    result = main(["fit", *args])
-    model, sizes = result.model, result.datamodule.sizes
-    assert type(model) is cls and model.loop["grad_evals"] == 3 * result.datamodule.batch_size
-    rows = 1 if cls is SoRR else sizes["num_positives"]
-    assert model.lambda_n.values.shape == (rows,) and bool(model.lambda_m.state.visited().any())
-    assert model.num_parameters == sizes["num_features"] + 1
-    metrics = result.trainer.callback_metrics
-    assert "val/pauc_0.05_0.5" in metrics and "val_anchor/pauc_0.05_0.5" in metrics
-    tested = main(["test", *args])
-    assert "test/pauc_0.05_0.5" in tested.trainer.callback_metrics
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["cifar_lt/pauc_agd.yaml", "chexpert/pauc_agd.yaml"])
-def test_image_configs_run_on_generated_data(name, tmp_path):
-    """The deep configs (ResNet-20, DenseNet-121) for one fast_dev_run step on tiny data in the real formats."""
-    cifar = pytest.importorskip("fccolit.datamodules.cifar")
-    chexpert = pytest.importorskip("fccolit.datamodules.chexpert")
-    from fccolit.cli import main
-
-    if name.startswith("cifar"):
-        rng = np.random.default_rng(0)
-        train_y, test_y = np.repeat(np.arange(10), 500), np.repeat(np.arange(10), 10)
-        rng.shuffle(train_y)
-        train = rng.integers(0, 256, (train_y.size, 32, 32, 3), dtype=np.uint8)
-        test = rng.integers(0, 256, (test_y.size, 32, 32, 3), dtype=np.uint8)
-        names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-        cifar.write_cifar(tmp_path, train, train_y, test, test_y, class_names=names)
-        overrides = ["--data.init_args.batch_size", "16", "--data.init_args.num_positives", "8",
-                     "--data.init_args.num_workers", "0", "--data.init_args.eval_batch_size", "512"]
-    else:
-        chexpert.write_chexpert(tmp_path, num_patients=16, num_valid_patients=4, image_size=(78, 64), seed=1)
-        overrides = ["--data.init_args.image_size", "32", "--data.init_args.batch_size", "8",
-                     "--data.init_args.num_positives", "2", "--data.init_args.num_workers", "0",
-                     "--data.init_args.val_fraction", "0.25"]
-    result = main(["fit", "--config", str(ROOT / "configs" / name), "--data.root", str(tmp_path),
-                   "--data.init_args.cache_dir", str(tmp_path / "cache"), "--trainer.fast_dev_run", "1",
-                   "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false",
-                   "--trainer.accelerator", "cpu", *overrides])
-    model = result.model
-    assert type(model) is PAUCRange and model.loop["grad_evals"] == result.datamodule.batch_size
-    assert model.lambda_m.values.shape == (result.datamodule.sizes["num_positives"],)
-    assert bool(model.lambda_m.state.visited().any()) and bool(torch.isfinite(model.v_sum).all())
-    assert model.num_parameters == sum(p.numel() for p in model.model.parameters() if p.requires_grad)
+# The pAUC configs (libsvm, cifar_lt, chexpert) run in tests/test_configs.py.

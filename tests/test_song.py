@@ -608,17 +608,7 @@ def test_synthetic_recommendation_evaluation_excludes_earlier_items():
 
 
 # ------------------------------------------------------------------------------------------------ configs
-@pytest.mark.parametrize("name", ["song", "ksong", "solc"])
-def test_synthetic_configs_run_through_the_cli(tmp_path, name):
-    from fccolit.cli import main
-
-    cli = main(["fit", "--config", str(ROOT / "configs" / "synthetic" / f"{name}.yaml"), "--trainer.fast_dev_run", "2",
-                "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
-                "--trainer.enable_progress_bar", "false"])
-    assert cli.trainer.global_step == 2
-    assert any(k.startswith("val/ndcg@") for k in cli.trainer.callback_metrics)
-
-
+# Every config runs (fit and test, warm-up and switch included) in tests/test_configs.py.
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for d in ("movielens", "netflix", "mslr")
                                         for p in (ROOT / "configs" / d).glob("*.yaml")))
 def test_real_data_configs_name_our_classes_and_the_papers_values(path):

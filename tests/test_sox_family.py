@@ -379,44 +379,8 @@ def test_presets_refuse_optimizers_that_are_not_theirs():
     assert isinstance(optimizer_of(make(SOAP, sizes, mode="amsgrad")), AdaptiveMomentum)
 
 
-# ---------------------------------------------------------------------------------------------- configs
-def write_libsvm(folder: Path, name: str = "toy", rows: int = 300, test_rows: int = 120, features: int = 12) -> None:
-    """A small a9a-like LIBSVM pair (name, name.t): labels ±1, sparse 1-based binary features."""
-    g = torch.Generator().manual_seed(5)
-    w = torch.randn(features, generator=g)
-    for fname, count in ((name, rows), (f"{name}.t", test_rows)):
-        lines = []
-        for _ in range(count):
-            active = sorted(torch.randperm(features, generator=g)[: 4].tolist())
-            score = float(w[active].sum()) + 0.5 * float(torch.randn(1, generator=g))
-            label = "+1" if score > 1.0 else "-1"
-            lines.append(label + " " + " ".join(f"{j + 1}:1" for j in active))
-        (folder / fname).write_text("\n".join(lines) + "\n")
-
-
-def run_config(config: Path, tmp_path: Path, *extra: str, command: str = "fit"):
-    from fccolit.cli import main
-
-    write_libsvm(tmp_path)
-    return main([
-        command, "--config", str(config), "--data.root", str(tmp_path), "--data.name", "toy",
-        "--data.cache_dir", str(tmp_path / "cache"), "--trainer.fast_dev_run", "2",
-        "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false", *extra,
-    ])
-
-
-def test_sox_ap_config_runs(tmp_path):
-    result = run_config(ROOT / "configs" / "libsvm" / "sox_ap.yaml", tmp_path)
-    assert type(result.model) is SOX and result.model.state.visited().any()
-    assert result.model.state.num_rows == result.datamodule.sizes["num_positives"]
-    assert "val/ap" in result.trainer.callback_metrics
-
-
-def test_pnorm_push_config_runs(tmp_path):
-    pytest.importorskip("fccolit.objectives.pnorm_push", reason="PNormPush is written in parallel (objectives issue)")
-    result = run_config(ROOT / "configs" / "libsvm" / "pnorm_push.yaml", tmp_path)
-    assert result.model.state.visited().any()
-    assert result.model.state.num_rows == result.datamodule.sizes["num_negatives"]
+# ---------------------------------------------------------------------------------------------- presets
+# The SOX-family configs run in tests/test_configs.py.
 
 
 def test_presets_take_back_their_defining_arguments_and_refuse_others(tmp_path):

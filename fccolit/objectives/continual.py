@@ -101,7 +101,7 @@ class ContinualLearning(ConstrainedObjective):
         self._slack = slack
         self.protected: list[int] | None = None
         self.old_model: nn.Module | None = None
-        self._memo: tuple[torch.Tensor, int, torch.Tensor] | None = None  # (images, their version, old scores)
+        self._memo: tuple[torch.Tensor, int | None, torch.Tensor] | None = None  # (images, their version, old scores)
         if protected is not None:
             self._set_protected(list(protected))
 
@@ -178,16 +178,17 @@ class ContinualLearning(ConstrainedObjective):
         """
         if self.old_model is None:
             raise RuntimeError(
-                "ContinualLearning has no old model yet: the algorithm module binds it (SONEX / ALEXR2 call "
+                "ContinualLearning has no old model yet: the algorithm module binds it (every FCCOModule calls "
                 "bind_model(model) when built); standalone, call objective.bind_model(model)"
             )
         x = batch["x"]
+        version = None if x.is_inference() else x._version  # inference tensors (evaluation) cannot change in place
         memo = self._memo
-        if memo is not None and memo[0] is x and memo[1] == x._version:
+        if memo is not None and memo[0] is x and memo[1] == version:
             return memo[2]
         with torch.no_grad():
             scores = self.old_model(x)
-        self._memo = (x, x._version, scores)
+        self._memo = (x, version, scores)
         return scores
 
     def sample_losses(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

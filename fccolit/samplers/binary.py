@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Iterator
 
 import torch
@@ -60,6 +61,13 @@ class DualSampler(RankAwareBatchSampler):
             raise ValueError("DualSampler: the training labels hold no positive example (label 1)")
         if self.negatives.numel() == 0:
             raise ValueError("DualSampler: the training labels hold no negative example")
+        if num_positives > self.positives.numel():  # allowed (LibAUC oversamples too), but rarely what was meant
+            warnings.warn(
+                f"DualSampler: {num_positives} positives per batch requested but the training labels hold only "
+                f"{self.positives.numel()} positives (label 1), so every batch repeats positives: lower "
+                f"num_positives (the DataModule's num_positives) to at most {self.positives.numel()}, or train on more data",
+                stacklevel=2,
+            )
         self.batch_size, self.num_positives = int(batch_size), int(num_positives)
         negatives_per_batch = self.batch_size - self.num_positives
         self._num_batches = num_batches or math.ceil(self.negatives.numel() / negatives_per_batch)

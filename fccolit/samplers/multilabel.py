@@ -23,6 +23,7 @@ This follows the classification mode of LibAUC's ``TriSampler`` (``num_sampled_t
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -152,6 +153,15 @@ class MultiLabelSampler(RankAwareBatchSampler):
             empty = [t for t in range(self.num_tasks) if self.negatives[t].numel() == 0]
             if empty:
                 raise ValueError(f"MultiLabelSampler: task(s) {empty} have no negative sample (label 0)")
+        few = {t: int(self.positives[t].numel()) for t in range(self.num_tasks) if self.positives[t].numel() < num_positives}
+        if few:  # allowed (the pools are walked again), but rarely what was meant
+            warnings.warn(
+                f"MultiLabelSampler: {num_positives} positives per task and batch requested but some tasks have fewer "
+                f"positives (label 1): {', '.join(f'task {t}: {n}' for t, n in few.items())}, so their batches repeat "
+                f"positives: lower num_positives (the DataModule's num_positives) to at most {min(few.values())}, or drop "
+                "those tasks",
+                stacklevel=2,
+            )
         self.tasks_per_batch, self.num_positives, self.num_negatives = int(tasks_per_batch), int(num_positives), int(num_negatives)
         self.pair_ids = bool(pair_ids)
         self.global_size = self.tasks_per_batch * (self.num_positives + self.num_negatives)
