@@ -16,6 +16,7 @@ import difflib
 import importlib
 import inspect
 import re
+import warnings
 from typing import Any, NoReturn
 
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
@@ -122,6 +123,8 @@ def main(args: ArgsType = None, run: bool = True) -> FCCOLitCLI:
 
 def console() -> None:
     """The ``fccolit`` console script (exit status 0 on success)."""
+    # Lightning 2.6 calls an API that torch 2.14 deprecates, once per run: noise for a user, nothing to act on
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     main()
 
 
