@@ -45,6 +45,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from fccolit import distributed
 from fccolit.algorithms.base import FCCOModule, _metric_key
 from fccolit.metrics import build_metric
 from fccolit.objectives.pauc import (
@@ -93,6 +94,15 @@ class ThresholdTracker(nn.Module):
     quantile; a float starts every row there. The running sum counts a row first visited at step ``t`` as if it had
     held its initial value since step 0.
 
+    The running sum is lazy, so that a step costs O(batch), not O(num_rows). A row's λ only changes when the row is
+    in the batch, so between two visits it is constant: per row, ``total[r]`` holds ``Σ λ_r^{(s)}`` over the steps
+    ``s < mark[r]`` of the current SBCD call, and the steps from ``mark[r]`` on all hold the current λ_r. The true
+    running sum after ``T`` steps is therefore ``total[r] + (T − mark[r]) λ_r``. :meth:`accumulate` settles only the
+    batch's rows (their held value times the steps since their mark, plus this step) before they change, and
+    :meth:`average_` settles every row once per SBCD call. The result equals the eager ``total += λ`` at every step
+    up to float rounding (``c·λ`` instead of ``λ + … + λ``). ``total`` and ``mark`` are persistent buffers, so a
+    checkpoint taken mid-call resumes exactly.
+
     Args:
         num_rows: rows (``num_positives`` for pAUC, 1 for SoRR).
         dtype: storage dtype (float64 by default in the modules).
@@ -102,7 +112,9 @@ class ThresholdTracker(nn.Module):
     def __init__(self, num_rows: int, dtype: torch.dtype = torch.float64, name: str = "lambda") -> None:
         super().__init__()
         self.state = IndexedState(num_rows, 1, dtype=dtype, name=name)
+        # Σ_{s < mark[r]} λ_r^{(s)} over the current SBCD call, and the step up to which it is settled
         self.register_buffer("total", torch.zeros(num_rows, dtype=dtype))
+        self.register_buffer("mark", torch.zeros(num_rows, dtype=torch.long))
 
     @property
     def values(self) -> torch.Tensor:
@@ -129,28 +141,45 @@ class ThresholdTracker(nn.Module):
 
     @torch.no_grad()
     def accumulate(self, index: torch.Tensor, lam: torch.Tensor, first: torch.Tensor, step: int) -> None:
-        """Add ``λ^{(t)}`` (every row, before this step's update) to the running sum; ``step`` is t."""
-        current = self.values
-        self.total += torch.where(torch.isnan(current), torch.zeros_like(current), current)
-        # rows first visited now: t earlier steps at their initial value, plus this one (no host sync; a row that
-        # occurs twice in the batch has the same flag and value in both places)
-        backfilled = torch.where(first, lam * (step + 1), self.total.index_select(0, index))
-        self.total.index_copy_(0, index, backfilled)
+        """Add ``λ^{(t)}`` (every row, before this step's update) to the running sum; ``step`` is t.
+
+        Lazy (O(batch)): only the batch's rows ``index [R]`` are settled, as their value ``lam [R]`` (from
+        :meth:`read`) has been held since their mark: ``total[r] += (t + 1 − mark[r]) λ_r``, ``mark[r] = t + 1``. A
+        row first visited now has ``total = 0`` and ``mark = 0``, so it gets ``(t + 1) λ_r``: t earlier steps at its
+        initial value, plus this one (``first`` is implied by the NaN value and kept for the caller's symmetry).
+        Every row whose λ changes at this step must be in ``index`` (the modules pass the global batch, which
+        :meth:`update` then writes). A row that occurs twice has the same value in both places, so the copy is
+        order-independent. No host sync.
+        """
+        held = (step + 1) - self.mark.index_select(0, index)  # [R] steps since the row's mark, this one included
+        settled = self.total.index_select(0, index) + held.to(self.total.dtype) * lam.to(self.total.dtype)
+        self.total.index_copy_(0, index, settled)
+        self.mark.index_fill_(0, index, step + 1)
 
     @torch.no_grad()
     def update(
         self, index: torch.Tensor, lam: torch.Tensor, exceed: torch.Tensor, share: float, lr: float, synced: bool
     ) -> None:
         """``λ_r ← λ_r + θ (p̂_r − l/N)`` for the batch's rows (duplicates: one update with their mean)."""
+        if not synced and distributed.is_distributed():
+            raise RuntimeError(
+                f"ThresholdTracker '{self.state.name}': under DDP the thresholds must be updated from the global batch "
+                "(synced=True): the lazy running sum settles only the rows this rank accumulated. Ranked-range "
+                "objectives set needs_global_batch, which gives synced=True."
+            )
         new = lam + lr * (exceed.to(lam.dtype) - share)
         self.state.update(index, new.unsqueeze(-1), ema_weight=1.0, synced=synced)
 
     @torch.no_grad()
     def average_(self, steps: int) -> None:
-        """End of an SBCD call: ``λ ← λ̄ = total / T`` on visited rows (the next call's warm start); reset the sum."""
-        visited = self.state.visited()
-        self.state.value[:, 0] = torch.where(visited, self.total / steps, self.values)
+        """End of an SBCD call: ``λ ← λ̄ = (total + (T − mark) λ) / T`` on visited rows (the next call's warm start);
+        reset the sum. O(num_rows), once per call of ``T`` steps."""
+        current = self.values
+        visited = ~torch.isnan(current)
+        held = (steps - self.mark).to(current.dtype)
+        self.state.value[:, 0] = torch.where(visited, (self.total + held * current) / steps, current)
         self.total.zero_()
+        self.mark.zero_()
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -277,6 +277,39 @@ class NDCG(torchmetrics.Metric):
 # ----------------------------------------------------------------------------------------------------------
 # Full-ranking NDCG@k for recommendation
 # ----------------------------------------------------------------------------------------------------------
+def _heldout_gain_lookup(heldout_items: Tensor, gains: Tensor) -> tuple[Tensor, Tensor]:
+    """``(keys [U, H], values [U, H])``: the held-out item ids sorted per user and their gains, for
+    :func:`_lookup_gains`. Padding (``-1``) sorts first and never matches an item id. For a repeated id the
+    largest gain comes first (ids should be distinct; this keeps the result independent of their order)."""
+    by_gain = torch.sort(gains, dim=1, descending=True, stable=True).indices
+    keys = heldout_items.gather(1, by_gain)
+    by_item = torch.sort(keys, dim=1, stable=True).indices
+    return keys.gather(1, by_item).contiguous(), gains.gather(1, by_gain).gather(1, by_item)
+
+
+def _lookup_gains(keys: Tensor, values: Tensor, items: Tensor) -> Tensor:
+    """``[U, K]`` gain of each of ``items [U, K]`` (ids in ``[0, I)``): its held-out gain, 0 when not held out.
+    Binary search in the sorted ``keys [U, H]``: O(U K log H), no ``[U, I]`` table."""
+    if keys.shape[1] == 0:
+        return torch.zeros(items.shape, dtype=values.dtype, device=values.device)
+    pos = torch.searchsorted(keys, items.contiguous()).clamp_max_(keys.shape[1] - 1)
+    return torch.where(keys.gather(1, pos) == items, values.gather(1, pos), torch.zeros((), dtype=values.dtype,
+                                                                                      device=values.device))
+
+
+def _raise_on_nan_scores(scores: Tensor, top_values: Tensor) -> None:
+    """Raise if ``scores`` holds a NaN; on CPU by reading only the ``[U, k]`` top values, not all ``U × I``.
+
+    On CPU, the ``amin`` / ``amax`` scatters that exclude items keep a NaN score NaN (NaN propagates), and
+    ``torch.topk`` ranks every NaN (either sign) above every number, so any NaN of ``scores`` is in the top k
+    (tested in tests/test_full_ranking.py). Other devices read every score (CUDA's ``topk`` may rank a NaN with
+    the sign bit set last, pytorch issue 117617; the full read is cheap there).
+    """
+    if scores.device.type == "cpu" and not bool(torch.isnan(top_values).any()):
+        return
+    _check_no_nan_scores(scores, "scores")
+
+
 def _full_ranking_ndcg_multi(
     scores: Tensor,
     heldout_items: Tensor,
@@ -284,8 +317,16 @@ def _full_ranking_ndcg_multi(
     exclude_items: Tensor | None,
     ks: Sequence[int],
     gain: str,
+    workspace: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Shared core: returns (``[len(ks), U]`` NDCG@k before the empty policy, ``[len(ks), U]`` IDCG@k)."""
+    """Shared core: returns (``[len(ks), U]`` NDCG@k before the empty policy, ``[len(ks), U]`` IDCG@k).
+
+    Cost: one pass over ``scores [U, I]`` for the exclusion (a copy) and one ``topk`` with the largest cut-off;
+    everything else is O(U (k + H + E)): the top-k items' gains are looked up in the sorted held-out ids.
+    ``workspace``: optional 1-D scratch tensor (``scores``' dtype and device, at least ``U·I`` elements) that
+    receives the copy with the excluded items at -inf instead of a fresh ``[U, I]`` allocation (on CPU, the page
+    faults of a fresh allocation cost several times the copy itself).
+    """
     if scores.ndim != 2:
         raise ValueError(f"scores must have shape [U, I] (users x all items), got {tuple(scores.shape)}")
     n_users, n_items = scores.shape
@@ -304,50 +345,57 @@ def _full_ranking_ndcg_multi(
         )
     for k in ks:
         _check_k(k)
-    _check_no_nan_scores(scores, "scores")
     device = scores.device
     heldout_items = heldout_items.to(device=device, dtype=torch.long)
-    for name, items in (("heldout_items", heldout_items), ("exclude_items", exclude_items)):
-        if items is not None and items.numel() and (int(items.max()) >= n_items or int(items.min()) < -1):
-            raise ValueError(
-                f"{name} must hold item ids in [0, {n_items}) or -1 for padding, "
-                f"got values in [{int(items.min())}, {int(items.max())}]"
-            )
-
+    if exclude_items is not None:
+        exclude_items = exclude_items.to(device=device, dtype=torch.long)
     valid = heldout_items >= 0
     rel = heldout_relevance.to(device=device, dtype=torch.float64)
-    rel_valid = rel[valid]
-    if torch.isnan(rel_valid).any() or (rel_valid < 0).any():
+    # one host sync for every input check: the id ranges and the relevance of the non-padded entries
+    named = [(n, t) for n, t in (("heldout_items", heldout_items), ("exclude_items", exclude_items))
+             if t is not None and t.numel()]
+    ranges = [torch.stack(torch.aminmax(t)) for _, t in named]
+    bad_relevance = (valid & ~(rel >= 0)).any()  # NaN fails rel >= 0
+    checks = torch.cat(ranges + [bad_relevance.reshape(1).long()]).tolist()
+    for i, (name, _) in enumerate(named):
+        lowest, highest = checks[2 * i], checks[2 * i + 1]
+        if highest >= n_items or lowest < -1:
+            raise ValueError(
+                f"{name} must hold item ids in [0, {n_items}) or -1 for padding, got values in [{lowest}, {highest}]"
+            )
+    if checks[-1]:
         raise ValueError("heldout_relevance must be >= 0 and not NaN on non-padded entries")
     g = torch.where(valid, _gain(rel, gain), torch.zeros_like(rel))  # [U, H]
     safe_items = heldout_items.clamp_min(0)
 
-    # Dense gain table [U, I] (padded held-out entries write a harmless 0 with amax; gains are >= 0).
-    gain_table = torch.zeros(n_users, n_items, dtype=torch.float64, device=device)
-    gain_table.scatter_reduce_(1, safe_items, g, reduce="amax")
-
     ranked = scores
     if exclude_items is not None and exclude_items.numel():
-        exclude_items = exclude_items.to(device=device, dtype=torch.long)
-        ex_valid = exclude_items >= 0
-        ranked = scores.clone()
+        if (
+            workspace is not None
+            and workspace.numel() >= scores.numel()
+            and (workspace.dtype, workspace.device) == (scores.dtype, scores.device)
+        ):
+            ranked = workspace[: scores.numel()].view(n_users, n_items).copy_(scores)
+        else:
+            ranked = scores.clone()
         # amin with -inf removes an excluded item; padded entries write +inf, a no-op under amin
-        inf = torch.full(exclude_items.shape, float("inf"), dtype=scores.dtype, device=device)
-        ranked.scatter_reduce_(1, exclude_items.clamp_min(0), torch.where(ex_valid, -inf, inf), reduce="amin")
+        inf = torch.tensor(float("inf"), dtype=scores.dtype, device=device)
+        removal = torch.where(exclude_items >= 0, -inf, inf)  # [U, E]
+        ranked.scatter_reduce_(1, exclude_items.clamp_min(0), removal, reduce="amin")
         # held-out items are evaluation targets: never excluded, even when listed in exclude_items
         # (amax with the item's own score restores it; padded entries write -inf, a no-op)
         own = scores.gather(1, safe_items)
-        ranked.scatter_reduce_(
-            1, safe_items, torch.where(valid, own, torch.full_like(own, float("-inf"))), reduce="amax"
-        )
+        ranked.scatter_reduce_(1, safe_items, torch.where(valid, own, -inf), reduce="amax")
 
     k_max = min(max(ks), n_items)
     if k_max == 0:
         z = torch.zeros(len(ks), n_users, dtype=torch.float64, device=device)
         return z, z.clone()
     top = torch.topk(ranked, k_max, dim=1, largest=True, sorted=True)
-    top_gain = gain_table.gather(1, top.indices)  # [U, k_max]
+    _raise_on_nan_scores(scores, top.values)
     # excluded items (-inf) reach the top k only when fewer than k items remain; they carry gain 0
+    keys, values = _heldout_gain_lookup(torch.where(valid, heldout_items, -1), g)
+    top_gain = _lookup_gains(keys, values, top.indices)  # [U, k_max]
     disc = _discounts(k_max, None, device)
     dcg_cum = torch.cumsum(top_gain * disc, dim=1)  # [U, k_max]
 
@@ -387,8 +435,9 @@ def full_ranking_ndcg(
 
     Args:
         scores: ``[U, I]`` dense scores of a chunk of ``U`` users over ALL ``I`` items. Feed large user sets
-            in chunks; nothing larger than ``[U, I]`` is built (one clone of ``scores`` when
-            ``exclude_items`` is given, a float64 gain table, and ``topk`` outputs).
+            in chunks. The only ``[U, I]`` work is one copy of ``scores`` with the excluded items at ``-inf``
+            (when ``exclude_items`` is given) and one ``topk``; the top-k items' gains are then looked up in the
+            user's sorted held-out ids (binary search), so no users × items gain table is built.
         heldout_items: ``[U, H]`` long item ids in ``[0, I)``, padded with ``-1``. Ids must be distinct per user.
         heldout_relevance: ``[U, H]`` relevance ``>= 0`` of the held-out items; padded entries are ignored.
         exclude_items: optional ``[U, E]`` long item ids padded with ``-1``: the user's training items. They
@@ -453,6 +502,21 @@ class FullRankingNDCG(torchmetrics.Metric):
         self.empty = empty
         self.add_state("total", default=torch.zeros(len(ks), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self._scratch: Tensor | None = None  # reused [U·I] buffer for the masked scores (not a state)
+
+    def _workspace(self, scores: Tensor) -> Tensor:
+        """A 1-D scratch tensor of ``scores``' dtype and device with room for ``scores``, reused across updates
+        (one chunk's worth of memory, released by ``reset``)."""
+        scratch = self._scratch
+        if (
+            scratch is None
+            or scratch.dtype != scores.dtype
+            or scratch.device != scores.device
+            or scratch.numel() < scores.numel()
+            or (scratch.is_inference() and not torch.is_inference_mode_enabled())  # read-only outside it
+        ):
+            scratch = self._scratch = torch.empty(scores.numel(), dtype=scores.dtype, device=scores.device)
+        return scratch
 
     def update(  # type: ignore[override]
         self,
@@ -461,14 +525,19 @@ class FullRankingNDCG(torchmetrics.Metric):
         heldout_relevance: Tensor,
         exclude_items: Tensor | None = None,
     ) -> None:
+        workspace = self._workspace(scores) if exclude_items is not None and exclude_items.numel() else None
         values, ideals = _full_ranking_ndcg_multi(
-            scores, heldout_items, heldout_relevance, exclude_items, self.ks, self.gain
+            scores, heldout_items, heldout_relevance, exclude_items, self.ks, self.gain, workspace
         )
         values = _apply_empty(values, ideals, self.empty)  # [K, U]
         keep = ~torch.isnan(values[0])
         # out of place: states created under inference mode (trainer.validate) must not be updated in place later
         self.total = self.total + torch.where(keep, values, torch.zeros_like(values)).sum(dim=1).to(self.total.dtype)
         self.count = self.count + keep.sum().to(self.count.dtype)
+
+    def reset(self) -> None:
+        self._scratch = None
+        super().reset()
 
     def compute(self) -> dict[int, Tensor]:
         if self.count == 0:
