@@ -35,6 +35,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fccolit.io.ratings import progress_bar
+
 __all__ = ["LibSVMFile", "parse_libsvm", "read_libsvm", "MAX_INDEX"]
 
 #: Largest feature index accepted (a dense matrix wider than this could not be allocated anyway).
@@ -318,7 +320,10 @@ def parse_libsvm(
     name = str(path)
     parts: list[_Chunk] = []
     line0 = 0
+    bar = progress_bar(path, len(data), "parsing")  # a bar for files of 32 MiB and more
     for start, stop in _chunks(data, _CHUNK_BYTES):
+        if bar is not None:
+            bar.update(stop - start)
         chunk = data[start:stop]
         if b"#" in chunk:
             chunk = _COMMENT.sub(b"", chunk)
@@ -327,6 +332,8 @@ def parse_libsvm(
             part = _slow_chunk(chunk, lower, upper, zero_based, name, line0)
         parts.append(part._replace(lines=part.lines + line0 + 1))
         line0 += chunk.count(b"\n")
+    if bar is not None:
+        bar.close()
     cat = lambda field, dtype: (  # noqa: E731
         np.concatenate([getattr(p, field) for p in parts]) if parts else np.zeros(0, dtype=dtype)
     )

@@ -90,7 +90,8 @@ def _concat(parts: list[Ratings]) -> Ratings:
 
 
 # ------------------------------------------------------------------------------------------------ chunks
-def _progress(path: Path, total: int, desc: str):
+def progress_bar(path: Path, total: int, desc: str):
+    """A tqdm bar of `total` bytes for reading `path` (None for files under 32 MiB or without tqdm)."""
     if tqdm is None or total < _PROGRESS_BYTES:
         return None
     return tqdm(total=total, unit="B", unit_scale=True, desc=f"{desc} {path.name}", leave=False)
@@ -100,7 +101,7 @@ def _chunks(path: Path, desc: str, start: int = 0) -> Iterator[tuple[bytes, int]
     """``(chunk, lines before it)``: whole lines of ``path`` from byte ``start``, about 64 MiB at a time; every
     chunk ends with ``\\n`` (one is added after a final line without it)."""
     size = path.stat().st_size
-    bar = _progress(path, size, desc)
+    bar = progress_bar(path, size, desc)
     lines_before = 0
     carry = b""
     try:
