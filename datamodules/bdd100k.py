@@ -61,6 +61,7 @@ from torch.utils.data import DataLoader
 
 from fccolit.data import binary_fields
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
+from fccolit.io.ratings import progress_bar
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
 from fccolit.samplers.uniform import UniformBatchSampler
@@ -118,14 +119,19 @@ def iter_json_array(path: str | os.PathLike, chunk_chars: int = 1 << 24) -> Iter
     """
     path = Path(path)
     decoder = json.JSONDecoder()
+    bar = progress_bar(path, path.stat().st_size, "reading")  # the 2018 training labels are about 1.5 GB
     with open(path, encoding="utf-8") as f:
         buf, pos, offset, eof = "", 0, 0, False  # offset: characters of the file before buf
 
         def fill() -> bool:
             nonlocal buf, pos, offset, eof
             if eof:
+                if bar is not None:
+                    bar.close()
                 return False
             more = f.read(chunk_chars)
+            if bar is not None:
+                bar.update(len(more))  # characters, about bytes for these ASCII files
             eof = not more
             offset += pos
             buf, pos = buf[pos:] + more, 0
