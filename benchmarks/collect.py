@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["step_overhead", "song_step", "ranking_data", "image_loaders", "bias_floor", "auprc_a9a", "pauc_a9a",
+ORDER = ["fcco_overhead", "libauc_compare", "ndcg_eval", "state_scale", "step_overhead", "song_step", "ranking_data", "image_loaders", "bias_floor", "auprc_a9a", "pauc_a9a",
          "fairness_adult", "gdro_synthetic"]
 HEADER = """# Benchmark results
 

@@ -16,8 +16,20 @@
    inner estimate over the batch's items, per-pair state update with :class:`fccolit.state.IndexedState`, Adam),
    interleaved batch by batch. Target: the sampler is never the bottleneck (sampler time < step time).
 
-LibAUC's MovieLens dataset and sampler are not installed here and must not be, so that side-by-side comparison is
-not run. Results go to ``benchmarks/results/ranking_data.md`` (no plot: matplotlib is not installed).
+4. LibAUC's MovieLens data path, when ``import libauc`` works (``pip install --no-deps libauc==2.0.1``, a
+   benchmark-only dependency), on a smaller generated file (``--libauc-users``, default 2,000 with ``--quick`` and
+   13,849 without) zipped as LibAUC expects (``ml-20m.zip`` holding ``ml-20m/ratings.csv``, so it never downloads):
+   ``MoiveLens(root)`` cold (its ``preprocess_movielens``: parse, re-index, leave-out split, 2 × 1,000 sampled
+   negatives per user in a Python loop, CSV writes, then the training set's ``dok_matrix`` tables) and warm (CSV
+   read, one ``eval`` per user), against our cold / warm ``MovieLensDataModule`` on the same file; then LibAUC's
+   ``TriSampler`` in ranking mode (it takes the labels as a dense items × users array: built here from the
+   dataset's sparse targets) + ``DataLoader(collate_fn=collate_batch)`` against our training loader, both 256
+   users × (10 + 300) items, batches interleaved. The work is not identical (LibAUC also samples evaluation
+   negatives; ours computes CSR tables, pair ids and ideal DCGs and writes a memory-mapped cache), so the rows give
+   each path's end-to-end cost, not a kernel-for-kernel ratio. LibAUC's ``libauc.datasets`` package imports
+   OpenCV for its image datasets; its ``movielens.py`` module is loaded from its file instead.
+
+Results go to ``benchmarks/results/ranking_data.md`` (no plot: matplotlib is not installed).
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
+import os
 import shutil
 import statistics
 import subprocess
@@ -40,12 +52,14 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fccolit.datamodules.movielens import MovieLensDataModule  # noqa: E402
 from fccolit.io.ratings import read_movielens_ratings  # noqa: E402
 from fccolit.state import IndexedState  # noqa: E402
+from timing import machine, write_result  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "ranking_data.md"
+LIBAUC_INSTALL = "pip install --no-deps libauc==2.0.1"
 ML20M = {"rows": 20_000_263, "users": 138_493, "items": 26_744}
 
 
@@ -160,6 +174,108 @@ def timed(fn):
     return time.perf_counter() - start, out
 
 
+def libauc_movielens():
+    """LibAUC's ``MoiveLens`` class and ``TriSampler``, or the reason they cannot be imported."""
+    import importlib.util
+
+    try:
+        import libauc
+        from libauc.sampler import TriSampler
+    except ImportError as err:
+        return None, None, f"`import libauc` failed ({err}); install it with `{LIBAUC_INSTALL}`"
+    spec = importlib.util.spec_from_file_location(
+        "libauc_movielens", os.path.join(os.path.dirname(libauc.__file__), "datasets", "movielens.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # not ``libauc.datasets``: its package imports OpenCV for image datasets
+    return module.MoiveLens, TriSampler, None
+
+
+def compare_libauc(work: Path, users: int, steps: int) -> dict:
+    """LibAUC's MovieLens data path against ours on the same generated file (module docstring, item 4)."""
+    import contextlib
+    import io
+    import zipfile
+
+    MoiveLens, TriSampler, skip = libauc_movielens()
+    if skip:
+        return {"skip": skip}
+    rows = users * 144  # ML-20M's ratings per user
+    root = work / "libauc-ml"
+    root.mkdir(parents=True, exist_ok=True)
+    generate(root / "ratings.csv", rows, users, ML20M["items"])
+    with zipfile.ZipFile(root / "ml-20m.zip", "w", compression=zipfile.ZIP_STORED) as archive:
+        archive.write(root / "ratings.csv", "ml-20m/ratings.csv")  # what MoiveLens looks for (else it downloads)
+    with contextlib.redirect_stdout(io.StringIO()):  # LibAUC prints its statistics
+        t_lib_cold, _ = timed(lambda: MoiveLens(str(root), phase="train", topk=10, random_seed=0))
+    with contextlib.redirect_stdout(io.StringIO()):
+        t_lib_warm, dataset = timed(lambda: MoiveLens(str(root), phase="train", topk=10, random_seed=0))
+    cache = root / "cache"
+    ours_cold = cold_build(root, cache)["seconds"]
+    t_ours_warm, dm = timed(lambda: MovieLensDataModule(root, cache_dir=cache, queries_per_batch=256,
+                                                        num_positives=10, num_negatives=300))
+    t_setup, _ = timed(lambda: dm.setup("fit"))
+    t_ours_warm += t_setup
+
+    def libauc_sampler():
+        labels = dataset.targets.toarray().T  # [items, users]: one "task" per user, as TriSampler's ranking mode
+        return TriSampler(dataset, batch_size_per_task=310, num_sampled_tasks=256, sampling_rate=None, num_pos=10,
+                          mode="ranking", labels=labels, random_seed=0), labels.nbytes
+
+    t_lib_sampler, (sampler, label_bytes) = timed(libauc_sampler)
+    lib_loader = torch.utils.data.DataLoader(dataset, batch_size=256, sampler=sampler,
+                                             collate_fn=dataset.collate_batch)
+
+    def endless(loader):
+        while True:
+            yield from loader
+
+    theirs, ours = endless(lib_loader), endless(dm.train_dataloader())
+    next(theirs), next(ours)  # warm-up
+    lib_times, our_times = [], []
+    for _ in range(steps):
+        lib_times.append(timed(lambda: next(theirs))[0])
+        our_times.append(timed(lambda: next(ours))[0])
+    return {
+        "users": users, "rows": rows, "items": dataset.n_items,
+        "libauc_cold": t_lib_cold, "libauc_warm": t_lib_warm, "ours_cold": ours_cold, "ours_warm": t_ours_warm,
+        "libauc_sampler_init": t_lib_sampler, "libauc_label_bytes": label_bytes,
+        "libauc_batch": statistics.median(lib_times), "ours_batch": statistics.median(our_times),
+    }
+
+
+def libauc_lines(r: dict, steps: int) -> list[str]:
+    head = ["### Against LibAUC's MovieLens data path (`MoiveLens` + `TriSampler`)", ""]
+    if "skip" in r:
+        return head + [f"Skipped: {r['skip']}.", ""]
+    scale = ML20M["users"] / r["users"]
+    full_labels = ML20M["items"] * ML20M["users"] * r["libauc_label_bytes"] / (r["items"] * r["users"])
+    total_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return head + [
+        f"Same generated `ratings.csv` ({r['rows']:,} ratings of {r['users']:,} users, ML-20M's ratings per user), "
+        f"256 users × (10 + 300) items per batch, DataLoader without workers, medians of {steps} interleaved "
+        "batches. Module docstring, item 4, for what each path does.",
+        "",
+        "| step | LibAUC (s) | fccolit (s) | LibAUC / fccolit |",
+        "|---|---:|---:|---:|",
+        f"| cold: first dataset build from the raw file | {r['libauc_cold']:.2f} | {r['ours_cold']:.2f} | "
+        f"{r['libauc_cold'] / r['ours_cold']:.0f}x |",
+        f"| warm: dataset from its prepared files (ours: + `setup()`) | {r['libauc_warm']:.2f} | {r['ours_warm']:.3f} | "
+        f"{r['libauc_warm'] / r['ours_warm']:.0f}x |",
+        f"| sampler construction (LibAUC: dense labels + `TriSampler`) | {r['libauc_sampler_init']:.2f} | — | |",
+        f"| one training batch | {r['libauc_batch']:.4f} | {r['ours_batch']:.4f} | "
+        f"{r['libauc_batch'] / r['ours_batch']:.1f}x |",
+        "",
+        f"At ML-20M's size ({scale:.0f}× the users) LibAUC's cold build grows at least linearly in the users (its "
+        "negative sampling and CSV writing loop over them in Python: about "
+        f"{r['libauc_cold'] * scale / 60:.0f} minutes by linear extrapolation, not measured), and `TriSampler`'s "
+        f"dense items × users label array alone needs {full_labels / 2**30:.1f} GiB (measured here: "
+        f"{r['libauc_label_bytes'] / 2**20:.0f} MiB), and its label checks make same-shaped temporaries; this "
+        f"machine has {total_gib:.0f} GiB of memory in all, shared with other jobs, so LibAUC's data path was not run "
+        "at ML-20M's size (ours: the sections above).",
+        "",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="2M ratings of 13,849 users instead of ML-20M's size")
@@ -167,6 +283,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="interleaved sampler / step measurements per M")
     parser.add_argument("--keep", type=Path, default=None, help="generate into this folder and keep it")
     parser.add_argument("--no-write", action="store_true", help="print only; do not write the results file")
+    parser.add_argument("--libauc-users", type=int, default=None,
+                        help="users of LibAUC's comparison file (default 2,000 with --quick, 13,849 without; 0: skip)")
     args = parser.parse_args()
     torch.manual_seed(0)
     rows = args.rows or (2_000_000 if args.quick else ML20M["rows"])
@@ -218,25 +336,25 @@ def main() -> None:
                 step_times.append(t_step)
             load, step = statistics.median(load_times), statistics.median(step_times)
             sampler_rows.append((m, load, 256 / load, step, load / step, max(load_times), min(step_times)))
+        libauc_users = args.libauc_users if args.libauc_users is not None else (2_000 if args.quick else 13_849)
+        libauc = (compare_libauc(work, libauc_users, args.steps) if libauc_users
+                  else {"skip": "not run (--libauc-users 0)"})
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
 
-    machine = (
-        f"{platform.machine()}, {torch.get_num_threads()} torch threads, Python {platform.python_version()}, "
-        f"torch {torch.__version__}"
-    )
     cmd = "python benchmarks/ranking_data.py" + (" --quick" if args.quick else "")
     cmd += f" --rows {args.rows}" if args.rows else ""
+    cmd += f" --steps {args.steps}"
     lines = [
-        "# Ranking data: MovieLens-20M-sized parse, cache load and sampler throughput",
+        "## Ranking data: MovieLens-20M-sized parse, cache load and sampler throughput",
         "",
-        f"Command: `{cmd}`. Machine: {machine} (CPU only, shared with other jobs: timings are noisy; "
+        f"Command: `{cmd}`. Machine: {machine()} (shared with other jobs: timings are noisy; "
         "ratios are taken within this one run). Data: generated in ML-20M's exact `ratings.csv` format, "
         f"{rows:,} ratings ({size_mib:.0f} MiB), {users:,} users, {sizes['num_items']:,} movies; seeds: data 0, "
         "sampler 0, model `torch.manual_seed(0)`.",
         "",
-        "## Parse versus cache load (target: cache load at least 20x faster than parsing)",
+        "### Parse versus cache load (target: cache load at least 20x faster than parsing)",
         "",
         "| step | time (s) | ratio to the cache load |",
         "|---|---:|---:|",
@@ -250,7 +368,7 @@ def main() -> None:
         f"so about {(cold['peak_mib'] - cold['import_mib']) * 2**20 / rows:.0f} bytes per rating for parsing and "
         f"splitting; cache entry on disk: {cache_mib:,.0f} MiB.",
         "",
-        "## Sampler throughput versus a SONG step with NeuMF (target: the sampler is never the bottleneck)",
+        "### Sampler throughput versus a SONG step with NeuMF (target: the sampler is never the bottleneck)",
         "",
         "256 users per batch, P = 10 positives, M unrated items per user, DataLoader without workers (the sampler "
         f"runs inline, the worst case). Medians of {args.steps} interleaved batch / step pairs.",
@@ -271,16 +389,12 @@ def main() -> None:
         "use DataLoader workers (`num_workers`), each adding about the queries / s above (the batch keys travel "
         "to the workers with the index lists, so the stream stays the same; tested).",
         "",
-        "LibAUC (`MoiveLens` dataset + `TriSampler`) is not installed on this machine and must not be installed, so "
-        "the side-by-side ratio against it was not measured.",
-        "",
     ]
+    lines += libauc_lines(libauc, args.steps)
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(text)
-        print(f"written to {RESULTS}")
+        print(f"written to {write_result('ranking_data', text)}")
 
 
 if __name__ == "__main__":

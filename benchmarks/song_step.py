@@ -7,13 +7,12 @@ user's sampled list) → backward → Adam step. A *SONG step* is forward → pe
 (every relevant item against its user's whole list) → per-pair state update → compositional loss → backward → the
 same Adam step; K-SONG adds the per-user threshold (and, theoretical, the curvature state and the implicit term);
 SOLC is the stateful listwise cross-entropy. Every method has its own copy of the same model and the same batches;
-they are timed in one process, interleaved (ABCD...) so machine noise hits all alike; the table reports medians
-and the ratio to the plain step (target ≤ 1.15).
+they are timed in one process, interleaved call by call so machine noise hits all alike; the table reports medians
+and the ratio to the plain step (target ≤ 1.05).
 
-When ``import libauc`` works, the same SONG step is also timed against LibAUC's ``NDCGLoss`` + ``SONG`` optimizer
-on the same model and batch, and the two gradients are compared after both states are set to the same values
-(LibAUC's definition: fresh u, per-user normalization, N_q = number of items; ours with ``u_for_gradient="fresh"``).
-LibAUC is not installed in this environment, so that part prints that it was skipped.
+The same SONG step against LibAUC's ``NDCGLoss`` + ``SONG`` (loss, gradients, steps per second with data loading) is
+in ``benchmarks/libauc_compare.py``; the Lightning ``training_step`` ratios (and DDP) are in
+``benchmarks/fcco_overhead.py``. Timing: :func:`timing.interleaved_medians` (call by call, one process).
 
 Writes ``benchmarks/results/song_step.md`` (matplotlib is not needed; no plot is drawn).
 """
@@ -22,22 +21,18 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
-import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fccolit.algorithms.song import KSONG, SOLC, SONG  # noqa: E402
 from fccolit.models.neumf import NeuMF  # noqa: E402
 from fccolit.objectives.ndcg import NDCGSurrogate, TopKNDCGSurrogate  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results" / "song_step.md"
+from timing import interleaved_medians, machine, write_result  # noqa: E402
 
 CASES = [
     # name, users, items, embedding, positives P, others M, users per batch B
@@ -103,131 +98,42 @@ def time_case(name, users, items, emb, p, m, b, repeats, inner):
         return step
 
     steps = {"listwise CE (plain)": plain_step, **{k: fcco_step(k) for k in modules}}
-    for fn in steps.values():  # warm-up: allocator, first visits of the state
-        for batch in batches[:2]:
-            fn(batch)
-    times = {k: [] for k in steps}
-    for _ in range(repeats):
-        for key, fn in steps.items():
-            start = time.perf_counter()
-            for batch in batches:
-                fn(batch)
-            times[key].append((time.perf_counter() - start) / inner * 1e3)
-    medians = {k: statistics.median(v) for k, v in times.items()}
-    libauc = compare_libauc(base, sizes, batches[0], users, items, p, b, repeats, inner, batches)
-    return medians, libauc
-
-
-def compare_libauc(base, sizes, batch, users, items, p, b, repeats, inner, batches):
-    """SONG against LibAUC's NDCGLoss + SONG optimizer on the same model and batches (only when installed)."""
-    try:
-        import libauc  # noqa: F401
-        from libauc.losses import NDCGLoss
-        from libauc.optimizers import SONG as LibAUCSONG
-    except ImportError:
-        return None
-    num_pairs = sizes["num_pairs"]
-
-    def libauc_batch(bt):
-        return {"rating": bt["relevance"], "user_id": bt["query"], "num_pos_items": bt["num_relevant"],
-                "ideal_dcg": bt["ideal_dcg"],
-                "user_item_id": torch.where(bt["pair_index"] >= 0, bt["pair_index"], torch.zeros_like(bt["pair_index"]))}
-
-    ours = SONG(copy.deepcopy(base), NDCGSurrogate(), ema_weight=0.1, u_for_gradient="fresh", data_sizes=sizes)
-    ours_opt = torch.optim.Adam(ours.parameters(), lr=1e-3)
-    theirs_model = copy.deepcopy(base)
-    loss_fn = NDCGLoss(N=num_pairs, num_user=users, num_item=items, num_pos=p, gamma0=0.1)
-    theirs_opt = LibAUCSONG(theirs_model.parameters(), lr=1e-3, mode="adam")
-
-    # gradients on one batch with the same state: u of the batch's pairs set to one value in both
-    rows = batch["pair_index"][batch["pair_index"] >= 0]
-    u0 = torch.rand(rows.numel(), generator=torch.Generator().manual_seed(1)) * 0.5 + 0.1
-    ours.state.value[rows, 0] = u0
-    loss_fn.u[rows] = u0
-    ours_grad = torch.autograd.grad(ours.compositional_loss(ours(batch), batch)[0], list(ours.model.parameters()))
-    theirs_loss = loss_fn(theirs_model(batch["query"], batch["items"]), libauc_batch(batch))
-    theirs_grad = torch.autograd.grad(theirs_loss, list(theirs_model.parameters()))
-    rel_diff = max(float((a - c).norm() / c.norm().clamp_min(1e-30)) for a, c in zip(ours_grad, theirs_grad))
-
-    def our_step(bt):
-        ours_opt.zero_grad(set_to_none=True)
-        ours.compositional_loss(ours(bt), bt)[0].backward()
-        ours_opt.step()
-
-    def their_step(bt):
-        theirs_opt.zero_grad(set_to_none=True)
-        loss_fn(theirs_model(bt["query"], bt["items"]), libauc_batch(bt)).backward()
-        theirs_opt.step()
-
-    times = {"ours": [], "libauc": []}
-    for _ in range(repeats):
-        for key, fn in (("ours", our_step), ("libauc", their_step)):
-            start = time.perf_counter()
-            for bt in batches:
-                fn(bt)
-            times[key].append((time.perf_counter() - start) / inner * 1e3)
-    return {"ours_ms": statistics.median(times["ours"]), "libauc_ms": statistics.median(times["libauc"]),
-            "grad_rel_diff": rel_diff}
+    return interleaved_medians(steps, batches, repeats, warmup=1)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer repetitions and only the first case")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: see fcco_overhead.py)")
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     repeats, inner = (5, 3) if args.quick else (11, 5)
-    load_start = os.getloadavg()[0]
     cases = CASES[:1] if args.quick else CASES
-    machine = f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {platform.processor() or 'cpu'}"
     header = ("| case | plain listwise CE (ms) | SONG (ms) | ratio | K-SONG prac. (ms) | ratio | K-SONG theo. (ms) "
               "| ratio | SOLC (ms) | ratio |")
     lines = [header, "|---|" + "---:|" * 9]
-    libauc_lines = []
     for case in cases:
-        name = case[0]
-        med, lib = time_case(*case, repeats=repeats, inner=inner)
+        med = time_case(*case, repeats=repeats, inner=inner)
         plain = med["listwise CE (plain)"]
         cells = [f"{plain:.1f}"]
         for key in ("SONG", "K-SONG (practical)", "K-SONG (theoretical)", "SOLC"):
             cells += [f"{med[key]:.1f}", f"{med[key] / plain:.3f}"]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {case[0]} | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
-        if lib is None:
-            libauc_lines.append(f"| {name} | skipped: `import libauc` failed (not installed) | | | |")
-        else:
-            libauc_lines.append(f"| {name} | {lib['ours_ms']:.1f} | {lib['libauc_ms']:.1f} | "
-                                f"{lib['ours_ms'] / lib['libauc_ms']:.3f} | {lib['grad_rel_diff']:.2e} |")
-    print("\n".join(lines))
-    print("\nLibAUC comparison:")
-    print("\n".join(libauc_lines))
     text = "\n".join([
-        "## SONG / K-SONG / SOLC step versus a plain listwise cross-entropy step (CPU)",
+        "## SONG / K-SONG / SOLC step versus a plain listwise cross-entropy step (CPU, no Lightning)",
         "",
-        f"Command: `python benchmarks/song_step.py{''.join(' ' + a for a in sys.argv[1:])}`. Machine: {machine}, "
-        f"{os.cpu_count()} cores, 1-minute load average {load_start:.1f} at the start and {os.getloadavg()[0]:.1f} at "
-        "the end (a machine shared with other jobs inflates the absolute times and puts a few percent of noise on the "
-        "ratios). "
-        "Seed 0 (model init and batches).",
-        "Same NeuMF (embedding 64, MLP [64], dropout 0.2), same batches, torch Adam (lr 1e-3) for every method; one "
-        "step = forward, loss, backward, Adam step, without Lightning. The batch is B users, each with P rated items "
-        "(graded) and M other items. Medians of "
-        f"{repeats} interleaved repetitions of {inner} steps; ratio = method / plain listwise CE. Target: ≤ 1.15.",
+        f"Command: `python benchmarks/song_step.py{''.join(' ' + a for a in sys.argv[1:])}`. Machine: {machine()}. "
+        "Seed 0 (model init and batches). Same NeuMF (embedding 64, MLP [64], dropout 0.2), same batches, torch Adam "
+        "(lr 1e-3) for every method; one step = forward, loss, backward, Adam step, without Lightning. The batch is B "
+        f"users, each with P rated items (graded) and M other items. Medians over {repeats} rounds × {inner} batches, "
+        "every method on every batch call by call (`timing.interleaved_medians`); ratio = method / plain listwise "
+        "CE. Target: ≤ 1.05. The LibAUC comparison of the same step is in the LibAUC section "
+        "(`benchmarks/libauc_compare.py`).",
         "",
         *lines,
-        "",
-        "LibAUC (`NDCGLoss` + `SONG` optimizer, same model and batches; gradient difference with the same state, "
-        "fresh u, per-user normalization):",
-        "",
-        "| case | ours (ms) | LibAUC (ms) | ratio | max relative gradient difference |",
-        "|---|---:|---:|---:|---:|",
-        *libauc_lines,
-        "",
     ])
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(text)
-    print(f"\nwrote {RESULTS}")
+    print(f"wrote {write_result('song_step', text)}")
 
 
 if __name__ == "__main__":

@@ -10,32 +10,33 @@ backward → the same optimizer step. Two levels are measured:
 * Lightning: ``training_step`` as a Trainer runs it (``Supervised`` versus ``SOX`` modules, same DataModule),
   timed by a callback from batch start to batch end (logging included, data loading excluded).
 
-Both sides are timed in the same process, interleaved (ABAB...) so machine noise hits both alike; the table
-reports medians and their ratio. ``--write`` writes ``benchmarks/results/step_overhead.md`` (``benchmarks/collect.py`` assembles RESULTS.md).
+Both sides are timed in the same process, interleaved call by call (:func:`timing.interleaved_medians` raw,
+:class:`timing.PairedSteps` in Lightning) so machine noise hits both alike; the table reports medians and their
+ratio. ``--write`` writes ``benchmarks/results/step_overhead.md`` (``benchmarks/collect.py`` assembles RESULTS.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lightning.pytorch import Callback, Trainer  # noqa: E402
+from lightning.pytorch import Trainer  # noqa: E402
 
 from fccolit.algorithms import SOX, Supervised  # noqa: E402
 from fccolit.datamodules import SyntheticBinaryDataModule  # noqa: E402
 from fccolit.models import MLP  # noqa: E402
 from fccolit.objectives import AveragePrecision  # noqa: E402
 from fccolit.optim import Momentum  # noqa: E402
+from timing import PairedSteps, interleaved_medians, machine, write_result  # noqa: E402
 
 CASES = [
     # name, features, hidden, batch, positives per batch, training positives (state rows)
@@ -83,57 +84,29 @@ def time_case(features, hidden, batch, positives, rows, repeats, inner_loops):
         loss.backward()
         sox_opt.step()
 
-    def timed(step):
-        start = time.perf_counter()
-        for b in batches:
-            step(b)
-        return (time.perf_counter() - start) / len(batches)
-
-    for _ in range(3):  # warm-up
-        timed(plain_step), timed(plugin_step), timed(sox_step)
-    plain, plugin, sox = [], [], []
-    for _ in range(repeats):
-        plain.append(timed(plain_step))
-        plugin.append(timed(plugin_step))
-        sox.append(timed(sox_step))
-    p, q, s = statistics.median(plain), statistics.median(plugin), statistics.median(sox)
+    ms = interleaved_medians({"plain": plain_step, "plug-in": plugin_step, "sox": sox_step}, batches, repeats, warmup=3)
+    p, q, s = ms["plain"] / 1e3, ms["plug-in"] / 1e3, ms["sox"] / 1e3
     return p, s, s / p, s / q
 
 
-class StepTimer(Callback):
-    def __init__(self) -> None:
-        self.times: list[float] = []
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.times.append(time.perf_counter() - self._start)
-
-
-def time_lightning(features, hidden, batch, positives, repeats, steps):
+def time_lightning(features, hidden, batch, positives, steps):
     data = SyntheticBinaryDataModule(
         num_samples=20_000, num_features=features, pos_fraction=0.05, batch_size=batch, num_positives=positives
     )
 
-    def fit(make):
-        torch.manual_seed(0)
-        timer = StepTimer()
-        trainer = Trainer(
-            accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-            enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False, callbacks=[timer],
-        )
-        trainer.fit(make(), datamodule=data)
-        return timer.times[10:]  # drop warm-up steps
-
     def optimizer(p):
         return Momentum(p, lr=1e-3, momentum_weight=0.1)
 
-    plain, sox = [], []
-    for _ in range(repeats):
-        plain += fit(lambda: Supervised(MLP(hidden=hidden), optimizer=optimizer, data_sizes=data.sizes))
-        sox += fit(lambda: SOX(MLP(hidden=hidden), AveragePrecision(), optimizer=optimizer, data_sizes=data.sizes))
-    p, s = statistics.median(plain), statistics.median(sox)
+    torch.manual_seed(0)
+    pair = PairedSteps(Supervised(MLP(hidden=hidden), optimizer=optimizer, data_sizes=data.sizes),
+                       SOX(MLP(hidden=hidden), AveragePrecision(), optimizer=optimizer, data_sizes=data.sizes),
+                       names=("plain", "sox"), warmup=10)
+    trainer = Trainer(
+        accelerator="cpu", max_steps=2 * steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, use_distributed_sampler=False,
+    )
+    trainer.fit(pair, datamodule=data)  # two optimizer steps per batch
+    p, s = statistics.median(pair.times["plain"]), statistics.median(pair.times["sox"])
     return p, s, s / p
 
 
@@ -141,15 +114,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--write", action="store_true", help="write benchmarks/results/step_overhead.md")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: see fcco_overhead.py)")
     args = ap.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(args.threads)
     repeats, inner = (7, 10) if args.quick else (21, 20)
-    fits, steps = (2, 60) if args.quick else (3, 150)
+    steps = 60 if args.quick else 300
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     rows = []
     for name, features, hidden, batch, positives, state_rows in CASES:
         p, s, r, rs = time_case(features, hidden, batch, positives, state_rows, repeats, inner)
-        lp, ls, lr = time_lightning(features, hidden, batch, positives, fits, steps)
+        lp, ls, lr = time_lightning(features, hidden, batch, positives, steps)
         rows.append((name, rs, p * 1e3, s * 1e3, r, lp * 1e3, ls * 1e3, lr))
         print(
             f"{name:36s} raw: plain {p * 1e3:7.3f} ms SOX {s * 1e3:7.3f} ms ratio {r:5.3f} (vs plug-in {rs:5.3f}) | "
@@ -157,16 +131,17 @@ def main() -> None:
         )
     print(f"summary: sox_step_overhead_max={max(row[7] for row in rows):.3f} raw_max={max(row[4] for row in rows):.3f}")
     if args.write:
-        machine = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
         table = [
             "## SOX step versus a plain supervised step (CPU)",
             "",
-            f"Command: `python benchmarks/step_overhead.py --write`. Machine: {machine}.",
+            f"Command: `python benchmarks/step_overhead.py{''.join(' ' + a for a in sys.argv[1:])}`. "
+            f"Machine: {machine()}.",
             "Same model, batch and optimizer (`fccolit.optim.Momentum`); plain = BCE with logits; SOX = AP objective",
-            f"with its per-index state. Raw: medians of {repeats} interleaved repetitions of {inner} steps, no Lightning.",
-            f"Lightning: medians over {fits} interleaved fits of {steps} steps each (`Supervised` vs `SOX` modules),",
-            "from batch start to batch end. Target: ratio ≤ 1.15. The last column isolates the cost of the FCCO",
-            "machinery: SOX against a plug-in step with the same AP surrogate and no state (BSGD's estimator).",
+            f"with its per-index state. Raw: medians over {repeats} rounds × {inner} batches, no Lightning, the steps",
+            "interleaved call by call (`timing.interleaved_medians`). Lightning: one fit of `timing.PairedSteps` running",
+            f"`Supervised` and `SOX` `training_step`s alternately on the same {steps} batches (first 10 dropped).",
+            "Target: ratio ≤ 1.05. The last column isolates the cost of the FCCO machinery: SOX against a plug-in",
+            "step with the same AP surrogate and no state (BSGD's estimator).",
             "",
             "| case | raw plain (ms) | raw SOX (ms) | raw ratio | Lightning plain (ms) | Lightning SOX (ms) | Lightning ratio | raw SOX / plug-in AP |",
             "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -175,9 +150,7 @@ def main() -> None:
             f"| {n} | {p:.3f} | {s:.3f} | {r:.3f} | {lp:.3f} | {ls:.3f} | {lr:.3f} | {rs:.3f} |"
             for n, rs, p, s, r, lp, ls, lr in rows
         ]
-        out = Path(__file__).with_name("results") / "step_overhead.md"
-        out.parent.mkdir(exist_ok=True)
-        out.write_text("\n".join(table) + "\n")
+        print(f"wrote {write_result('step_overhead', chr(10).join(table))}")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from torch import nn
 from fccolit import distributed
 
 Bound = float | Sequence[float] | None
+_EXACT_FLOAT64_INTEGERS = 2**53  # every integer up to this is exact in float64 (the packed all-gather of an update)
 
 
 @dataclass
@@ -214,7 +215,15 @@ class IndexedState(nn.Module):
         tensors = [index, estimate] + ([correction.detach()] if correction is not None else [])
         local_start, local_size = 0, index.shape[0]
         if not synced and distributed.is_distributed():
-            tensors, offsets = distributed.all_gather_rows(*tensors)
+            packable = index.device.type != "mps" and self.num_rows <= _EXACT_FLOAT64_INTEGERS  # MPS: no float64
+            if packable and all(t.is_floating_point() for t in tensors[1:]):
+                # one collective for all of them: float64 columns hold every index < 2^53 and every float32 / float64
+                # value exactly (each collective is a rendezvous of the ranks: its latency, not its bytes, is the cost)
+                packed = torch.cat([index.to(torch.float64).unsqueeze(1)] + [t.to(torch.float64) for t in tensors[1:]], 1)
+                (packed,), offsets = distributed.all_gather_rows(packed)
+                tensors = [packed[:, 0].long(), *packed[:, 1:].split(self.dim, dim=1)]
+            else:
+                tensors, offsets = distributed.all_gather_rows(*tensors)
             r = distributed.rank()
             local_start, local_size = int(offsets[r]), int(offsets[r + 1] - offsets[r])
         all_index, all_est = tensors[0], tensors[1].to(self.value.dtype)

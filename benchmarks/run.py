@@ -1,0 +1,100 @@
+"""Every speed benchmark in one command: ``python benchmarks/run.py [--quick]`` (``make bench`` runs ``--quick``).
+
+Runs, each writing its ``benchmarks/results/<name>.md``, then assembles ``benchmarks/RESULTS.md``
+(``benchmarks/collect.py``):
+
+* ``fcco_overhead.py``: SONG, K-SONG, ADAP, SONEX, PAUCRange steps versus a plain step, one process and DDP × 2;
+* ``libauc_compare.py``: against LibAUC (AP + dual sampler, SONG + NeuMF, full-ranking NDCG@k), when installed;
+* ``ndcg_eval.py``: the full-ranking NDCG@k metric alone against LibAUC's ``ndcg_at_k``;
+* ``state_scale.py``: per-index state bytes per pair and update time for n = 10^5 … 10^8;
+* ``ranking_data.py``: MovieLens-20M-sized parse / cache load, sampler-versus-step throughput, LibAUC's MovieLens
+  data path (when installed);
+* ``step_overhead.py`` and ``song_step.py``: SOX (raw and Lightning) and SONG / K-SONG / SOLC (raw, at MovieLens-20M
+  table sizes) step tables.
+
+``--quick`` uses reduced sizes (under 10 minutes on the 2-core development machine); without it, full sizes. The last
+line printed is ``summary: fcco_overhead_max=<x> libauc_speedup_min=<y>``: the worst FCCO / plain step ratio of
+``fcco_overhead.py`` (one process and DDP) and the smallest fccolit / LibAUC speed-up of ``libauc_compare.py``
+(``nan`` when LibAUC is not installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+
+def sub(args: list[str], required: bool = True) -> None:
+    """Run ``python <args>`` from the repository root; a failure stops everything unless not ``required``."""
+    start = time.perf_counter()
+    print(f"$ python {' '.join(args)}", flush=True)
+    done = subprocess.run([sys.executable, *args], check=required, cwd=HERE.parent)
+    status = "" if done.returncode == 0 else f", FAILED with exit status {done.returncode}: its results file is stale"
+    print(f"  ({time.perf_counter() - start:.0f} s{status})", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="reduced sizes (under 10 minutes on 2 cores)")
+    ap.add_argument("--skip", nargs="*", default=[], help="benchmark names to leave out")
+    args = ap.parse_args()
+    quick = ["--quick"] if args.quick else []
+    command = "python benchmarks/run.py" + " --quick" * args.quick
+    start = time.perf_counter()
+    ratios: list[float] = []
+    speedups: list[float] = []
+
+    import fcco_overhead
+    import libauc_compare
+    import state_scale
+
+    with tempfile.TemporaryDirectory(prefix="fccolit-bench-") as tmp:
+        tmp = Path(tmp)
+        if "fcco_overhead" not in args.skip:
+            single, ddp = tmp / "single.json", tmp / "ddp.json"
+            sub(["benchmarks/fcco_overhead.py", *quick, "--work", str(tmp / "data"), "--json", str(single)])
+            sub(["benchmarks/fcco_overhead.py", *quick, "--devices", "2", "--work", str(tmp / "data"),
+                 "--json", str(ddp)])
+            one, two = json.loads(single.read_text()), json.loads(ddp.read_text())
+            text = fcco_overhead.report(one, two, command, fcco_overhead.default_steps(args.quick))
+            print(text)
+            fcco_overhead.write_result("fcco_overhead", text)
+            # the target algorithms' rows (the "↳" rows are diagnostics, e.g. SONEX without its MSVR pass)
+            ratios += [r for table in (one, two) for name, (_, _, r) in table.items() if not name.startswith("↳")]
+        if "libauc_compare" not in args.skip:
+            results = libauc_compare.run(args.quick)
+            text = libauc_compare.report(results, command)
+            print(text)
+            libauc_compare.write_result("libauc_compare", text)
+            speedups += list(libauc_compare.speedups(results).values())
+        if "ndcg_eval" not in args.skip:  # the evaluation metric alone against LibAUC (another session's script)
+            sub(["benchmarks/ndcg_eval.py", *quick], required=False)
+        if "state_scale" not in args.skip:
+            res = state_scale.run(args.quick)
+            state_scale.write_result("state_scale", state_scale.report(res, command))
+        if "ranking_data" not in args.skip:
+            sub(["benchmarks/ranking_data.py", *quick, "--steps", "6" if args.quick else "20"])
+        if "step_overhead" not in args.skip:
+            sub(["benchmarks/step_overhead.py", *quick, "--write"])
+        if "song_step" not in args.skip:
+            sub(["benchmarks/song_step.py", *quick])
+    sub(["benchmarks/collect.py"])
+    print(f"all benchmarks: {time.perf_counter() - start:.0f} s")
+    fmt = lambda xs, f: f"{f(xs):.3f}" if xs else "nan"  # noqa: E731
+    # fcco_overhead_max: the largest FCCO / plain step ratio of fcco_overhead.py (one process and DDP × 2);
+    # libauc_speedup_min: the smallest fccolit / LibAUC speed-up of libauc_compare.py (nan without LibAUC). The data
+    # path ratios of ranking_data.py (different work on each side) are reported there, not counted here.
+    print(f"summary: fcco_overhead_max={fmt(ratios, max)} libauc_speedup_min={fmt(speedups, min)}")
+
+
+if __name__ == "__main__":
+    main()
