@@ -16,7 +16,7 @@ validation / test metrics as ``{stage}/{metric}`` (``val/ap``, ``val/ndcg@10``, 
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from lightning.pytorch import LightningModule
@@ -252,14 +252,19 @@ class FCCOModule(LightningModule):
         self._objective_count += estimate.numel()
         self.log("train/objective", estimate.mean(), on_step=True, on_epoch=False, prog_bar=True)
 
-    def optimization_step(self, loss: torch.Tensor) -> None:
-        """zero_grad → manual_backward → clip → step → (scheduler).
+    def optimization_step(self, loss: torch.Tensor, add_to_gradient: Callable[[], None] | None = None) -> None:
+        """zero_grad → manual_backward → (``add_to_gradient()``) → clip → step → (scheduler).
 
+        ``add_to_gradient`` adds a term known in closed form to the parameters' ``.grad`` in place (e.g. a proximal
+        term's ``(w − a)/μ``), cheaper than differentiating it through the graph; it runs after the backward (and
+        DDP's gradient averaging: the term must be the same on every rank) and before clipping.
         The learning rate is logged by Lightning's ``LearningRateMonitor`` (in the default trainer config).
         """
         opt = self.optimizers()
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
+        if add_to_gradient is not None:
+            add_to_gradient()
         if self.gradient_clip_val:
             self.clip_gradients(
                 opt, gradient_clip_val=self.gradient_clip_val, gradient_clip_algorithm=self.gradient_clip_algorithm

@@ -272,13 +272,31 @@ class _RankedRangeModule(FCCOModule):
         """``vector`` split into views shaped like the trainable parameters."""
         return [part.view(s) for s, part in zip(self._param_shapes, vector.split(self._param_numels))]
 
-    def squared_distance(self, vector: torch.Tensor) -> torch.Tensor:
-        """``‖v − vector‖²`` with gradient w.r.t. the live parameters ``v``."""
-        return sum(((p - a) ** 2).sum() for p, a in zip(self.trainable(), self.pieces(vector)))
+    def _grads(self) -> list[torch.Tensor]:
+        params = self.trainable()
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        return [p.grad for p in params]
 
-    def inner_product(self, vector: torch.Tensor) -> torch.Tensor:
-        """``⟨vector, v⟩`` with gradient w.r.t. the live parameters ``v``."""
-        return sum((p * a).sum() for p, a in zip(self.trainable(), self.pieces(vector)))
+    @torch.no_grad()
+    def add_distance_gradient(self, vector: torch.Tensor, weight: float) -> None:
+        """``.grad += weight · (v − vector)``: the gradient of ``(weight/2)‖v − vector‖²`` w.r.t. the live parameters
+        ``v``, added in closed form (fused per parameter, no graph); for :meth:`optimization_step`'s
+        ``add_to_gradient``."""
+        grads = self._grads()
+        difference = torch._foreach_sub([p.detach() for p in self.trainable()], self.pieces(vector))
+        torch._foreach_add_(grads, difference, alpha=weight)
+
+    @torch.no_grad()
+    def add_linear_gradient(self, vector: torch.Tensor, weight: float) -> None:
+        """``.grad += weight · vector``: the gradient of ``weight · ⟨vector, v⟩``, in closed form."""
+        torch._foreach_add_(self._grads(), self.pieces(vector), alpha=weight)
+
+    @torch.no_grad()
+    def accumulate_(self, vector: torch.Tensor) -> None:
+        """``vector += v`` (the live parameters), without materializing ``v`` as one ``[d]`` tensor."""
+        torch._foreach_add_(self.pieces(vector), [p.detach() for p in self.trainable()])
 
     # ------------------------------------------------------------------ the step pieces
     def default_optimizer(self, params: Any) -> torch.optim.Optimizer:
@@ -540,11 +558,11 @@ class PAUCRange(_RankedRangeModule):
 
         rr, synced, size = self.ranked_batch(batch)
         loss, exceed, lam, first = self.masked_loss(tracker, rr, share, self.lambda_init)
-        with torch.no_grad():
-            self.v_sum += self.flat()  # v^{(t)}, before this step's update
+        self.accumulate_(self.v_sum)  # v^{(t)}, before this step's update
         tracker.accumulate(rr.index, lam, first, t)
         self.set_learning_rate(self.mu * c_k / (self.mu + c_k))
-        self.optimization_step(loss + self.squared_distance(self.anchor) / (2.0 * self.mu))
+        # the step on ĝ + (v − w)/μ: the proximal term's gradient in closed form
+        self.optimization_step(loss, add_to_gradient=lambda: self.add_distance_gradient(self.anchor, 1.0 / self.mu))
         tracker.update(rr.index, lam, exceed, share, theta_k, synced)
         self.count(size)
 
@@ -753,11 +771,14 @@ class DCA(_RankedRangeModule):
         share = self.objective.beta
         rr, synced, size = self.ranked_batch(batch)
         loss, exceed, lam, first = self.masked_loss(self.lambda_n, rr, share, self.lambda_init)
-        loss = loss - self.inner_product(self.xi)
-        if self.prox_weight > 0.0:
-            loss = loss + 0.5 * self.prox_weight * self.squared_distance(self.anchor)
         self.set_learning_rate(c_k / (1.0 + c_k * self.prox_weight))
-        self.optimization_step(loss)
+
+        def linear_and_proximal_terms() -> None:  # the gradient of −⟨ξ, w⟩ + (L/2)‖w − w^{(k)}‖², in closed form
+            self.add_linear_gradient(self.xi, -1.0)
+            if self.prox_weight > 0.0:
+                self.add_distance_gradient(self.anchor, self.prox_weight)
+
+        self.optimization_step(loss, add_to_gradient=linear_and_proximal_terms)
         self.lambda_n.update(rr.index, lam, exceed, share, theta_k, synced)
         self.count(size)
         with torch.no_grad():
