@@ -8,6 +8,7 @@ and the machine); this script puts them under one heading, in the order below (o
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -23,7 +24,9 @@ measured side by side in one run. Regenerate a section by rerunning its script, 
 def main() -> None:
     files = {p.stem: p for p in (HERE / "results").glob("*.md")}
     names = [n for n in ORDER if n in files] + sorted(n for n in files if n not in ORDER)
-    parts = [HEADER] + [files[n].read_text().strip() + "\n" for n in names]
+    # the sections link their plots relative to results/: from RESULTS.md they are under results/
+    relink = lambda text: re.sub(r"\]\((?!https?:|/|results/)([^)]+\.png)\)", r"](results/\1)", text)  # noqa: E731
+    parts = [HEADER] + [relink(files[n].read_text().strip()) + "\n" for n in names]
     (HERE / "RESULTS.md").write_text("\n".join(parts))
     print(f"RESULTS.md: {len(names)} sections ({', '.join(names)})")
 

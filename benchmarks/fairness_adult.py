@@ -258,7 +258,7 @@ def main() -> None:
     if not args.no_write:
         OUT.mkdir(parents=True, exist_ok=True)
         made = plot(final, OUT / "fairness_adult.png")
-        lines += ["", "Plot: `fairness_adult.png`." if made else "No plot: matplotlib is not installed (the curves are the table above)."]
+        lines += ["", "![test AUROC and max violation per epoch on Adult](fairness_adult.png)" if made else "No plot: matplotlib is not installed (the curves are the table above)."]
         (OUT / "fairness_adult.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -217,7 +217,7 @@ def main() -> None:
     if not args.no_write:
         OUT.mkdir(parents=True, exist_ok=True)
         made = plot(final, references, OUT / "gdro_synthetic.png")
-        lines += ["", "Plot: `gdro_synthetic.png`." if made else "No plot: matplotlib is not installed (the curve is the table above)."]
+        lines += ["", "![CVaR objective per epoch: SONEX vs SONX](gdro_synthetic.png)" if made else "No plot: matplotlib is not installed (the curve is the table above)."]
         (OUT / "gdro_synthetic.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
