@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 from torch.optim import Optimizer
 
-__all__ = ["Momentum", "AdaptiveMomentum", "SECOND_MOMENT_VARIANTS"]
+__all__ = ["Momentum", "AdaptiveMomentum", "LazyAdam", "SECOND_MOMENT_VARIANTS"]
 
 #: Accepted values of ``AdaptiveMomentum(second_moment=...)``: the four options of ADAP's eq. (13).
 SECOND_MOMENT_VARIANTS = ("adam", "amsgrad", "adagrad", "adabound")
@@ -441,3 +441,82 @@ class AdaptiveMomentum(Optimizer):
         if variant == "adagrad" and "grad_sq_sum" not in state:
             return "grad_sq_sum"
         return None
+
+
+# --------------------------------------------------------------------------------------------------
+# LazyAdam
+# --------------------------------------------------------------------------------------------------
+class LazyAdam(Optimizer):
+    r"""Adam that updates only the rows a sparse gradient touches, and every entry of a dense one.
+
+    For recommendation models whose embedding tables are most of the parameters (NeuMF on MovieLens / Netflix:
+    millions of user and item rows, a few thousand in a batch): build them with sparse gradients
+    (``NeuMF(sparse_embeddings=True)``, i.e. ``nn.Embedding(sparse=True)``) and a step costs O(batch rows), not
+    O(table), for the tables, while the dense layers get the usual Adam step. One optimizer for both, so it fits the
+    ``optimizer:`` entry of a config (``torch.optim.SparseAdam`` refuses dense parameters, ``torch.optim.Adam``
+    sparse gradients).
+
+    Dense gradient: exactly ``torch.optim.Adam`` (bias-corrected, no weight decay). Sparse gradient: exactly
+    ``torch.optim.SparseAdam``: the moments of the touched rows only ("lazy": an untouched row's moments do not
+    decay), bias correction by the parameter's step count, and ε added before the √(1 − β2^t) correction (so it
+    weighs √(1 − β2^t) times less than in Adam). Written in torch's convention (``betas`` weight the
+    old value). Not for gradient clipping by norm (sparse gradients have no norm in ``clip_grad_norm_``).
+
+    Args:
+        params: parameters or parameter groups.
+        lr: step size.
+        betas: ``(β1, β2)`` of torch's Adam.
+        eps: ε added to the denominator.
+    """
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        _check_lr(lr)
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"betas must be in [0, 1), got {betas}")
+        if not eps >= 0.0:
+            raise ValueError(f"eps must be >= 0, got {eps}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps))
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps = _lr_value(group["lr"]), group["betas"], group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                bias1, bias2 = 1.0 - beta1 ** state["step"], 1.0 - beta2 ** state["step"]
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                grad = p.grad
+                if grad.is_sparse:
+                    grad = grad.coalesce()
+                    index, values = grad._indices(), grad._values()
+                    if values.numel() == 0:
+                        continue
+
+                    def sparse(update: torch.Tensor) -> torch.Tensor:
+                        return torch.sparse_coo_tensor(index, update, grad.shape, dtype=p.dtype, device=p.device, check_invariants=False)
+
+                    old_m, old_v = m.sparse_mask(grad)._values(), v.sparse_mask(grad)._values()
+                    m_update = values.sub(old_m).mul_(1.0 - beta1)  # m ← β1 m + (1 − β1) g on the touched rows
+                    v_update = values.pow(2).sub_(old_v).mul_(1.0 - beta2)
+                    m.add_(sparse(m_update))
+                    v.add_(sparse(v_update))
+                    numer = m_update.add_(old_m)
+                    denom = v_update.add_(old_v).sqrt_().add_(eps)
+                    p.add_(sparse(numer.div_(denom).mul_(-lr * math.sqrt(bias2) / bias1)))
+                else:
+                    m.lerp_(grad, 1.0 - beta1)
+                    v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+                    denom = (v.sqrt() / math.sqrt(bias2)).add_(eps)
+                    p.addcdiv_(m, denom, value=-lr / bias1)
+        return loss

@@ -561,3 +561,76 @@ def test_cuda_matches_cpu(variant):
                       momentum_weight=0.3)
     _assert_traj([[x.cpu() for x in s] for s in mgpu], mcpu,
                  close=lambda a, b: torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13))
+
+
+# ---------------------------------------------------------------------------------------------- LazyAdam
+def test_lazy_adam_equals_adam_on_dense_and_sparse_adam_on_sparse_gradients():
+    from fccolit.optim import LazyAdam
+
+    g = torch.Generator().manual_seed(0)
+    dense = torch.randn(5, 3, dtype=torch.float64, generator=g)
+    table = torch.randn(20, 4, dtype=torch.float64, generator=g)
+    ours = [dense.clone().requires_grad_(True), table.clone().requires_grad_(True)]
+    ref = [dense.clone().requires_grad_(True), table.clone().requires_grad_(True)]
+    lazy = LazyAdam(ours, lr=0.05, betas=(0.8, 0.95), eps=1e-6)
+    adam = torch.optim.Adam([ref[0]], lr=0.05, betas=(0.8, 0.95), eps=1e-6)
+    sparse_adam = torch.optim.SparseAdam([ref[1]], lr=0.05, betas=(0.8, 0.95), eps=1e-6)
+    for step in range(6):
+        rows = torch.randint(0, 20, (7,), generator=g)  # duplicates included
+        for (w, t), opts in ((ours, [lazy]), (ref, [adam, sparse_adam])):
+            for o in opts:
+                o.zero_grad()
+            w.grad = None
+            loss = (w * torch.arange(15, dtype=torch.float64).view(5, 3)).sin().sum()
+            loss = loss + torch.nn.functional.embedding(rows, t, sparse=True).pow(3).sum()
+            loss.backward()
+            assert t.grad.is_sparse
+            for o in opts:
+                o.step()
+        untouched = torch.ones(20, dtype=torch.bool)
+        untouched[rows] = False
+        before = ours[1].detach().clone()
+        assert torch.allclose(ours[0], ref[0], rtol=1e-12, atol=1e-14), step
+        assert torch.allclose(ours[1], ref[1], rtol=1e-12, atol=1e-14), step
+    assert not torch.equal(ours[1], table) and torch.equal(before[untouched], ours[1].detach()[untouched])
+
+
+def test_sparse_neumf_with_lazy_adam_touches_only_the_batch_rows():
+    """NeuMF(sparse_embeddings=True) + LazyAdam = SparseAdam on the tables + Adam on the rest, and a step moves only
+    the batch's rows. (Against dense Adam the first step differs wherever a row's gradient sums to ~0 by cancellation:
+    Adam's first step is ±lr·sign(g), and the dense and the coalesced sums round differently.)"""
+    from fccolit.algorithms import SONG
+    from fccolit.datamodules import SyntheticRankingDataModule
+    from fccolit.models import NeuMF
+    from fccolit.optim import LazyAdam
+
+    data = SyntheticRankingDataModule(num_queries=40, num_items=200, ratings_per_query=(5, 10), num_positives=2,
+                                      num_negatives=5, queries_per_batch=4, seed=0)
+    data.setup()
+    batches = iter(data.train_dataloader())
+    modules = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        modules.append(SONG(NeuMF(embedding_dim=4, layers=[4], dropout=0.0, sparse_embeddings=True),
+                            data_sizes=data.sizes, ema_weight=0.5, state_dtype="float64").double())
+    lazy = [LazyAdam(modules[0].parameters(), lr=0.01)]
+    tables = [p for n, p in modules[1].named_parameters() if n.endswith(("_user.weight", "_item.weight"))]
+    rest = [p for n, p in modules[1].named_parameters() if not n.endswith(("_user.weight", "_item.weight"))]
+    reference = [torch.optim.SparseAdam(tables, lr=0.01), torch.optim.Adam(rest, lr=0.01)]
+    for step in range(3):
+        batch = next(batches)
+        before = modules[0].model.gmf_item.weight.detach().clone()
+        for module, opts in zip(modules, (lazy, reference)):
+            for opt in opts:
+                opt.zero_grad()
+            loss, _ = module.compositional_loss(module(batch), batch)
+            loss.backward()
+            assert module.model.gmf_item.weight.grad.is_sparse
+            for opt in opts:
+                opt.step()
+        for (name, a), b in zip(modules[0].named_parameters(), modules[1].parameters()):
+            assert torch.allclose(a, b, rtol=1e-12, atol=1e-15), (step, name)
+        items = batch["items"].flatten()
+        items = items[items >= 0].unique()
+        moved = (modules[0].model.gmf_item.weight.detach() != before).any(1)
+        assert moved.nonzero().flatten().tolist() == items.tolist()

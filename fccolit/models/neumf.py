@@ -20,6 +20,10 @@ class NeuMF(nn.Module):
         layers: widths of the MLP branch (``[64]`` in the authors' scripts).
         dropout: dropout after every MLP layer (0.2 in the authors' scripts).
         init_std: standard deviation of the normal initialization of the embeddings (0.01, He et al.).
+        sparse_embeddings: sparse gradients for the four embedding tables, so that an optimizer that updates only
+            the batch's rows (:class:`fccolit.optim.LazyAdam`) costs O(batch) instead of O(users + items) per step
+            (`benchmarks/results/libauc_compare.md`: 1.17× the steps per second of dense Adam at 2,000 users ×
+            26,556 items). Takes an optimizer that accepts sparse gradients, and no gradient clipping by norm.
 
     Shapes: ``forward(query [B], items [B, L]) -> [B, L]``; ``score_all(query [U]) -> [U, num_items]``. Item ids
     of −1 (padding) are scored as item 0; callers mask them.
@@ -33,8 +37,10 @@ class NeuMF(nn.Module):
         layers: Sequence[int] = (64,),
         dropout: float = 0.2,
         init_std: float = 0.01,
+        sparse_embeddings: bool = False,
     ) -> None:
         super().__init__()
+        self.sparse_embeddings = bool(sparse_embeddings)
         self.num_users, self.num_items = num_users, num_items
         self.embedding_dim, self.layers, self.dropout, self.init_std = int(embedding_dim), tuple(layers), dropout, init_std
         if not self.layers:
@@ -45,8 +51,9 @@ class NeuMF(nn.Module):
     def build(self, num_users: int, num_items: int) -> None:
         d = self.embedding_dim
         self.num_users, self.num_items = num_users, num_items
-        self.gmf_user, self.gmf_item = nn.Embedding(num_users, d), nn.Embedding(num_items, d)
-        self.mlp_user, self.mlp_item = nn.Embedding(num_users, d), nn.Embedding(num_items, d)
+        sparse = self.sparse_embeddings
+        self.gmf_user, self.gmf_item = nn.Embedding(num_users, d, sparse=sparse), nn.Embedding(num_items, d, sparse=sparse)
+        self.mlp_user, self.mlp_item = nn.Embedding(num_users, d, sparse=sparse), nn.Embedding(num_items, d, sparse=sparse)
         mlp: list[nn.Module] = []
         width = 2 * d
         for h in self.layers:
