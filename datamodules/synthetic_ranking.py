@@ -182,6 +182,7 @@ class SyntheticRankingDataModule(FCCODataModule):
         num_positives: P, relevant entries per training list (None: every relevant item, learning to rank only).
         num_negatives: M, other entries per training list (None with ``num_positives=None``: every other item).
         queries_per_batch: global batch size B (queries).
+        num_batches: training batches per epoch (None: one pass over the queries with a relevant item).
         top_k: K of ``ideal_dcg_at_k`` (for K-SONG; None: the field is absent).
         seed: seeds the data and the training stream.
     """
@@ -205,8 +206,10 @@ class SyntheticRankingDataModule(FCCODataModule):
         seed: int = 0,
         num_workers: int = 0,
         eval_batch_size: int = 256,
+        num_batches: int | None = None,
     ) -> None:
         super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
+        self.num_batches = num_batches
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         if (num_positives is None) != (num_negatives is None):
@@ -317,7 +320,7 @@ class SyntheticRankingDataModule(FCCODataModule):
 
     def build_train_sampler(self) -> RankAwareBatchSampler:
         eligible = np.diff(self._rel_offsets) > 0
-        return QueryBatchSampler(eligible, self.queries_per_batch, seed=self.seed)
+        return QueryBatchSampler(eligible, self.queries_per_batch, self.num_batches, seed=self.seed)
 
     def full_batch(self) -> dict[str, torch.Tensor]:
         """Every training query with its whole list in one batch (learning to rank with ``num_positives=None``):

@@ -62,7 +62,9 @@ def with_short_warmup(config: Path, spec: dict[str, Any], tmp_path: Path) -> tup
     warmup_callback(spec).setdefault("init_args", {})["epochs"] = 1
     copy = tmp_path / f"short_warmup_{config.name}"
     copy.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return copy, ["--trainer.max_epochs", str(STEPS), "--trainer.limit_train_batches", "1",
+    # one batch per epoch from the data too: jsonargparse resolves Trainer's ``int | float`` limits by trying the
+    # types in turn, and in a process where other tests ran first it has read "1" as 1.0 (a whole epoch)
+    return copy, ["--trainer.max_epochs", str(STEPS), "--data.init_args.num_batches", "1", "--trainer.limit_train_batches", "1",
                   "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1",
                   "--trainer.num_sanity_val_steps", "0", "--trainer.enable_checkpointing", "false"]
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from fccolit.metrics import NDCG, AUROC, AveragePrecision, FullRankingNDCG, PartialAUC
+from fccolit.metrics import NDCG, AUROC, AveragePrecision, FullRankingNDCG, MulticlassAccuracy, PartialAUC
 
 WORLD = 2
 
@@ -40,7 +40,13 @@ def _data():
     heldout = torch.randint(0, 30, (13, 1), generator=g)
     heldout[3] = -1
     rel = torch.ones(13, 1)
-    return (p, y, mask), (s, t), (scores, heldout, rel)
+    # multi-task: 40 samples x 3 tasks, some entries unlabeled (-1); multi-class: 50 samples of 4 classes
+    mt_scores = torch.randn(40, 3, generator=g, dtype=torch.float64)
+    mt_labels = (torch.rand(40, 3, generator=g) < 0.4).long()
+    mt_labels[torch.rand(40, 3, generator=g) < 0.1] = -1
+    mc_scores = torch.randn(50, 4, generator=g, dtype=torch.float64)
+    mc_labels = torch.randint(0, 4, (50,), generator=g)
+    return (p, y, mask), (s, t), (scores, heldout, rel), (mt_scores, mt_labels), (mc_scores, mc_labels)
 
 
 def _metrics():
@@ -52,13 +58,15 @@ def _metrics():
         "pauc_0.05_0.5": PartialAUC(0.05, 0.5),
         "pauc_0_0.3_mcclish": PartialAUC(0.0, 0.3, "mcclish"),
         "full": FullRankingNDCG(ks=(5, 10)),
+        "ap_tasks": AveragePrecision(),
+        "accuracy": MulticlassAccuracy(4),
     }
 
 
 def _feed(metrics, rank_slices):
     """Update every metric with the given (ranking, binary, recsys) slices, in two calls each."""
-    (p, y, mask), (s, t), (scores, heldout, rel) = _data()
-    q_sl, n_sl, u_sl = rank_slices
+    (p, y, mask), (s, t), (scores, heldout, rel), (mt_scores, mt_labels), (mc_scores, mc_labels) = _data()
+    q_sl, n_sl, u_sl, m_sl, c_sl = rank_slices
     for sl in _split(q_sl):
         metrics["ndcg@5"].update(p[sl], y[sl], mask[sl])
         metrics["ndcg_skip"].update(p[sl], y[sl], mask=mask[sl])
@@ -67,6 +75,11 @@ def _feed(metrics, rank_slices):
             metrics[name].update(s[sl], t[sl])
     for sl in _split(u_sl):
         metrics["full"].update(scores[sl], heldout[sl], rel[sl])
+    for sl in _split(m_sl):
+        metrics["ap_tasks"].update(mt_scores[sl], mt_labels[sl])
+    for sl in _split(c_sl):
+        if sl.stop > sl.start:  # a rank without evaluation batches never calls update
+            metrics["accuracy"].update(mc_scores[sl], mc_labels[sl])
 
 
 def _split(sl: slice):
@@ -92,10 +105,11 @@ def _worker(rank: int, port: int, outdir: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60))
     try:
         # unequal shards: rank 0 gets fewer queries/users and only negatives of the binary data
-        cuts = {"q": 7, "n": 120, "u": 4}
-        sizes = {"q": 23, "n": 301, "u": 13}
+        # (and no multi-class batch at all)
+        cuts = {"q": 7, "n": 120, "u": 4, "m": 15, "c": 0}
+        sizes = {"q": 23, "n": 301, "u": 13, "m": 40, "c": 50}
         shards = tuple(
-            slice(0, cuts[key]) if rank == 0 else slice(cuts[key], sizes[key]) for key in ("q", "n", "u")
+            slice(0, cuts[key]) if rank == 0 else slice(cuts[key], sizes[key]) for key in ("q", "n", "u", "m", "c")
         )
         metrics = _metrics()
         _feed(metrics, shards)
@@ -114,13 +128,13 @@ def _free_port() -> int:
 @pytest.mark.ddp
 @pytest.mark.timeout(120)
 def test_metrics_exact_under_ddp_with_unequal_shards(tmp_path):
-    _, (s, t), _ = _data()
+    _, (s, t), *_ = _data()
     assert int(t[:120].sum()) == 0  # rank 0 sees only negatives
 
     mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
 
     reference = _metrics()
-    _feed(reference, (slice(0, 23), slice(0, 301), slice(0, 13)))
+    _feed(reference, (slice(0, 23), slice(0, 301), slice(0, 13), slice(0, 40), slice(0, 50)))
     expected = _values(reference)
     assert not any(math.isnan(v) for v in expected.values())
     for rank in range(WORLD):

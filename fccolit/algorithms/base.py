@@ -148,7 +148,7 @@ class FCCOModule(LightningModule):
         self.metric_names = list(metrics) if metrics is not None else list(default_metrics)
         self.metrics = nn.ModuleDict(
             {
-                stage: nn.ModuleDict({_metric_key(n): build_metric(n) for n in self.metric_names})
+                stage: nn.ModuleDict({_metric_key(n): build_metric(n, self.data_sizes.get("num_classes")) for n in self.metric_names})
                 for stage in ("val", "test")
             }
         )

@@ -508,7 +508,7 @@ class PAUCRange(_RankedRangeModule):
         self.lambda_init, self.evaluate = lambda_init, evaluate
         super().__init__(model, objective, **kwargs)
         self.alt_metrics = nn.ModuleDict(
-            {stage: nn.ModuleDict({_metric_key(n): build_metric(n) for n in self.metric_names}) for stage in ("val", "test")}
+            {stage: nn.ModuleDict({_metric_key(n): build_metric(n, self.data_sizes.get("num_classes")) for n in self.metric_names}) for stage in ("val", "test")}
         )
 
     @property

@@ -98,9 +98,11 @@ def _parse(name: str) -> tuple[str, dict]:
     raise ValueError(f"unknown metric name {name!r}; {_ACCEPTED}")
 
 
-def build_metric(name: str) -> torchmetrics.Metric:
+def build_metric(name: str, num_classes: int | None = None) -> torchmetrics.Metric:
     """A fresh Metric for a logged metric name, e.g. ``"ndcg@10"`` -> ``NDCG(k=10)`` (see the module
-    docstring for every pattern). Raises ValueError, listing the accepted patterns, on an unknown name."""
+    docstring for every pattern). ``num_classes`` sizes ``accuracy``'s per-class states up front (so a process
+    that sees no evaluation batch still joins the DDP reduction with states of the right shape). Raises
+    ValueError, listing the accepted patterns, on an unknown name."""
     family, kwargs = _parse(name)
     if family == "ndcg":
         return NDCG(**kwargs)
@@ -109,7 +111,7 @@ def build_metric(name: str) -> torchmetrics.Metric:
     if family == "auroc":
         return AUROC()
     if family == "accuracy":
-        return MulticlassAccuracy()
+        return MulticlassAccuracy(num_classes)
     return PartialAUC(**kwargs)
 
 

@@ -408,6 +408,10 @@ class MulticlassAccuracy(torchmetrics.Metric):
     each class's accuracy (its recall: correct / samples of that class; NaN for a class never seen) in
     :attr:`per_task` ``[C]``, which the algorithm modules log as ``{stage}/accuracy/<class>`` (e.g. the target
     class of the continual-learning task, whose change is seed 004's "target ΔACC").
+
+    Args:
+        num_classes: C, sizes the states up front (the algorithm modules pass the data's ``num_classes``); None
+            takes it from the first batch — then every process must see an evaluation batch before the DDP reduction.
     """
 
     is_differentiable = False
