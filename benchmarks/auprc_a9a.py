@@ -148,7 +148,7 @@ def load_splits(data_dir: Path, cache: Path) -> dict[str, torch.Tensor]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller grid and 2 seeds (< 2 min)")
-    ap.add_argument("--data", default="/work/shared/data/libsvm-a9a", help="folder holding a9a and a9a.t")
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "libsvm-a9a"), help="folder holding a9a and a9a.t")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = ap.parse_args()
     logging.getLogger("lightning").setLevel(logging.ERROR)

@@ -1,6 +1,6 @@
 """The bias floor of BSGD on p-norm push, and the batch split of SOX (issue 5's "Measure"; seed 001 §5.2–5.3).
 
-    python benchmarks/bias_floor.py [--quick] [--root /work/shared/data/libsvm-a9a] [--seeds 0 1 2] [--no-write]
+    python benchmarks/bias_floor.py [--quick] [--root ../shared/data/libsvm-a9a] [--seeds 0 1 2] [--no-write]
 
 Problem: the p-norm push (:class:`fccolit.objectives.pnorm_push.PNormPush`, p = 4, ℓ = exp) of a linear model
 ``s = ⟨w, x⟩`` (no bias: the objective is shift-invariant) on LIBSVM a9a's training file (32,561 rows, 123 binary
@@ -198,7 +198,7 @@ def run_all(jobs: list[dict], workers: int) -> list[dict]:
 def main() -> None:
     global _PROBLEM
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root", default="/work/shared/data/libsvm-a9a")
+    ap.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "libsvm-a9a"))
     ap.add_argument("--quick", action="store_true", help="short runs (< 2 min), printed only: a smoke version")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--batch", type=int, default=8, help="E1: B1 = B2 = this")

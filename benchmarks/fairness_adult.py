@@ -1,7 +1,7 @@
 """AUC maximization under ROC-fairness constraints on UCI Adult (seed 004 Appendix F.2): ALEXR2 (smoothed hinge),
 SONX (hinge) and SOX (squared hinge), each at its best penalty ρ from a small grid, over several seeds.
 
-    python benchmarks/fairness_adult.py [--quick] [--root /work/shared/data/uci-adult] [--epochs E] [--seeds S]
+    python benchmarks/fairness_adult.py [--quick] [--root ../shared/data/uci-adult] [--epochs E] [--seeds S]
 
 Protocol (a shortened version of the paper's, which ran 60 epochs on a GPU):
 
@@ -192,7 +192,7 @@ def plot(final: dict[str, list[dict]], path: Path) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--root", default="/work/shared/data/uci-adult")
+    ap.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "uci-adult"))
     ap.add_argument("--quick", action="store_true", help="2 epochs, 2 seeds, no ρ grid (the middle value)")
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--seeds", type=int, default=None)

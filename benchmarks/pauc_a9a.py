@@ -201,7 +201,7 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="with --quick: write the markdown file anyway")
     ap.add_argument("--passes", type=float, default=None, help="budget in passes over the training split")
     ap.add_argument("--seeds", type=int, default=None)
-    ap.add_argument("--data", default="/work/shared/data/libsvm-a9a", help="folder holding a9a and a9a.t")
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "libsvm-a9a"), help="folder holding a9a and a9a.t")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = ap.parse_args()
     logging.getLogger("lightning").setLevel(logging.ERROR)

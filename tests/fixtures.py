@@ -32,6 +32,33 @@ from fccolit.datamodules.synthetic import SyntheticBinaryDataModule, SyntheticMu
 from fccolit.datamodules.synthetic_multiclass import SyntheticMulticlassDataModule
 from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
 
+
+#: ``../shared/data`` beside the repository (the small real data sets; tests that use them skip without it)
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def toy_binary_data(n: int = 40, d: int = 5, m: int = 10, seed: int = 1):
+    """``x [n, d]`` float64, ``y [n]`` with ``m`` positives, ``pos_index [n]`` (−1 for negatives)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    y = torch.zeros(n, dtype=torch.long)
+    y[torch.randperm(n, generator=g)[:m]] = 1
+    pos_index = torch.full_like(y, -1)
+    pos_index[y == 1] = torch.arange(m)
+    return x, y, pos_index
+
+
+def dual_batches(x, y, pos_index, steps: int, positives: int = 3, negatives: int = 5, seed: int = 2):
+    """Dual batches (distinct positives, then negatives) as dicts of the binary batch fields."""
+    g = torch.Generator().manual_seed(seed)
+    pos, neg = torch.nonzero(y == 1).flatten(), torch.nonzero(y == 0).flatten()
+    out = []
+    for _ in range(steps):
+        idx = torch.cat([pos[torch.randperm(len(pos), generator=g)[:positives]],
+                         neg[torch.randperm(len(neg), generator=g)[:negatives]]])
+        out.append({"x": x[idx], "y": y[idx], "index": idx, "pos_index": pos_index[idx]})
+    return out
+
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fixtures import dual_batches, toy_binary_data
 from lightning.pytorch import Callback, Trainer
 from torch.utils.data import DataLoader
 
@@ -30,25 +31,6 @@ MARGIN = 0.5
 
 
 # ---------------------------------------------------------------------------------------------- data and drivers
-def toy_data(n=40, d=5, m=10, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g, dtype=torch.float64)
-    y = torch.zeros(n, dtype=torch.long)
-    y[torch.randperm(n, generator=g)[:m]] = 1
-    pos_index = torch.full_like(y, -1)
-    pos_index[y == 1] = torch.arange(m)
-    return x, y, pos_index
-
-
-def batches_of(x, y, pos_index, steps, positives=3, negatives=5, seed=2):
-    g = torch.Generator().manual_seed(seed)
-    pos, neg = torch.nonzero(y == 1).flatten(), torch.nonzero(y == 0).flatten()
-    out = []
-    for _ in range(steps):
-        idx = torch.cat([pos[torch.randperm(len(pos), generator=g)[:positives]],
-                         neg[torch.randperm(len(neg), generator=g)[:negatives]]])
-        out.append({"x": x[idx], "y": y[idx], "index": idx, "pos_index": pos_index[idx]})
-    return out
 
 
 def sizes_of(x, y):
@@ -204,8 +186,8 @@ def assert_same(steps, ref, rtol=1e-9, atol=1e-12):
 # ---------------------------------------------------------------------------------------------- MOAP-V2 / lazy
 @pytest.mark.parametrize("schedule", ["constant", "inverse_sqrt"])
 def test_moapv2_lazy_decay_equals_the_eager_algorithm_over_many_steps(schedule):
-    x, y, pos_index = toy_data()
-    batches = batches_of(x, y, pos_index, 200, positives=1, negatives=7)  # m/B = 10
+    x, y, pos_index = toy_binary_data()
+    batches = dual_batches(x, y, pos_index, 200, positives=1, negatives=7)  # m/B = 10
     module = make(MOAPV2, x, y, lambda p: Momentum(p, lr=3.0, momentum_weight=0.5), ema_weight=0.5)
     w0 = module.model.net.weight.detach().flatten().clone()
     lr, beta = (const(3.0), const(0.5)) if schedule == "constant" else (inv_sqrt(3.0, clip=False), inv_sqrt(0.5))
@@ -221,8 +203,8 @@ def test_moapv2_lazy_decay_equals_the_eager_algorithm_over_many_steps(schedule):
 
 
 def test_moapv2_decays_every_unsampled_row_each_step():
-    x, y, pos_index = toy_data()
-    batches = batches_of(x, y, pos_index, 30)
+    x, y, pos_index = toy_binary_data()
+    batches = dual_batches(x, y, pos_index, 30)
     module = make(MOAPV2, x, y, lambda p: Momentum(p, lr=1.0), ema_weight=0.2)
     steps = drive(module, batches)
     lower, _ = omega(len(y), int(y.sum()))
@@ -239,8 +221,8 @@ def test_moapv2_decays_every_unsampled_row_each_step():
 @pytest.mark.parametrize("variant", ["adam", "amsgrad", "adagrad", "adabound"])
 def test_adap_step_equals_its_formula(variant):
     """ADAP trained by Lightning (with the 1/√t schedule of η and β0 = β1) equals Algorithm 3 with eq. (13)."""
-    x, y, pos_index = toy_data()
-    batches = batches_of(x, y, pos_index, 40)
+    x, y, pos_index = toy_binary_data()
+    batches = dual_batches(x, y, pos_index, 40)
     bounds = {"bound_low": 0.5, "bound_high": 5.0} if variant == "adabound" else {}
     module = make(ADAP, x, y, lambda p: AdaptiveMomentum(p, lr=0.3, momentum_weight=0.4, second_moment=variant,
                                                          **bounds), ema_weight=0.4)
@@ -266,8 +248,8 @@ def test_adap_step_equals_its_formula(variant):
 # ---------------------------------------------------------------------------------------------- SOAP
 @pytest.mark.parametrize("mode", ["sgd", "adam", "amsgrad"])
 def test_soap_equals_eq_5_with_sgd_or_torch_adam(mode):
-    x, y, pos_index = toy_data()
-    batches = batches_of(x, y, pos_index, 40)
+    x, y, pos_index = toy_binary_data()
+    batches = dual_batches(x, y, pos_index, 40)
     if mode == "sgd":
         module = make(SOAP, x, y, lambda p: Momentum(p, lr=2.0, momentum_weight=1.0), project=False, ema_weight=0.6)
     else:
@@ -293,16 +275,16 @@ def test_soap_equals_eq_5_with_sgd_or_torch_adam(mode):
 
 # ---------------------------------------------------------------------------------------------- reductions
 def test_moapv1_equals_its_algorithm_and_with_B_equal_m_equals_moapv2():
-    x, y, pos_index = toy_data()
+    x, y, pos_index = toy_binary_data()
     m = int(y.sum())
     opt = lambda p: Momentum(p, lr=2.0, momentum_weight=0.3)  # noqa: E731
-    partial = batches_of(x, y, pos_index, 30)
+    partial = dual_batches(x, y, pos_index, 30)
     v1 = make(MOAPV1, x, y, opt, ema_weight=0.7)
     w0 = v1.model.net.weight.detach().flatten().clone()
     ref = reference(x, y, partial, w0, weights=const(0.7), opt_step=momentum_step(const(2.0), const(0.3)),
                     decay=False, scale=False)
     assert_same(drive(v1, partial), ref)
-    full = batches_of(x, y, pos_index, 30, positives=m, negatives=8)  # B = m: every positive, every step
+    full = dual_batches(x, y, pos_index, 30, positives=m, negatives=8)  # B = m: every positive, every step
     a = drive(make(MOAPV1, x, y, opt, ema_weight=0.7), full)
     b = drive(make(MOAPV2, x, y, opt, ema_weight=0.7), full)
     assert_same(a, b, rtol=1e-13, atol=1e-15)
@@ -312,8 +294,8 @@ def test_moapv1_equals_its_algorithm_and_with_B_equal_m_equals_moapv2():
 
 @pytest.mark.parametrize("project", [True, False], ids=["with_omega", "without_omega"])
 def test_moapv1_with_beta1_1_is_soap(project):
-    x, y, pos_index = toy_data()
-    batches = batches_of(x, y, pos_index, 30)
+    x, y, pos_index = toy_binary_data()
+    batches = dual_batches(x, y, pos_index, 30)
     opt = lambda p: Momentum(p, lr=2.0, momentum_weight=1.0)  # noqa: E731
     v1 = make(MOAPV1, x, y, opt, project=project, ema_weight=0.6, require_projection=project)
     soap = make(SOAP, x, y, opt, project=project, ema_weight=0.6)
@@ -322,7 +304,7 @@ def test_moapv1_with_beta1_1_is_soap(project):
 
 def test_moapv1_with_full_batches_and_weights_1_is_gradient_descent_on_F():
     """Seed-002 note §4.1 item 3, corollary: β0 = β1 = 1, B = m and S = D trace exact gradient descent on F."""
-    x, y, pos_index = toy_data(n=30, m=8)
+    x, y, pos_index = toy_binary_data(n=30, m=8)
     full = {"x": x, "y": y, "index": torch.arange(len(y)), "pos_index": pos_index}
     module = make(MOAPV1, x, y, lambda p: Momentum(p, lr=5.0, momentum_weight=1.0), ema_weight=1.0)
     w = module.model.net.weight.detach().clone()
@@ -339,9 +321,9 @@ def test_moapv1_with_full_batches_and_weights_1_is_gradient_descent_on_F():
 # ---------------------------------------------------------------------------------------------- invariants
 @pytest.mark.parametrize("cls", [MOAPV1, MOAPV2, ADAP])
 def test_U_stays_in_omega_with_0_le_u1_le_u2(cls):
-    x, y, pos_index = toy_data()
+    x, y, pos_index = toy_binary_data()
     n, m = len(y), int(y.sum())
-    batches = batches_of(x, y, pos_index, 300, positives=1, negatives=7)  # m/B = 10: inflated fresh rows
+    batches = dual_batches(x, y, pos_index, 300, positives=1, negatives=7)  # m/B = 10: inflated fresh rows
     optimizer = (lambda p: AdaptiveMomentum(p, lr=0.5, momentum_weight=0.9)) if cls is ADAP else \
         (lambda p: Momentum(p, lr=5.0, momentum_weight=0.9))
     module = make(cls, x, y, optimizer, ema_weight=0.9)

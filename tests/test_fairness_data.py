@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fixtures import SHARED_DATA
 
 from fccolit.datamodules import fairness
 from fccolit.datamodules.fairness import (
@@ -16,7 +17,7 @@ from fccolit.datamodules.fairness import (
     write_compas_file,
 )
 
-REAL_ADULT = Path("/work/shared/data/uci-adult")
+REAL_ADULT = SHARED_DATA / "uci-adult"
 
 
 @pytest.fixture(autouse=True)

@@ -44,10 +44,10 @@ from fccolit.samplers.multilabel import (
     multilabel_sizes,
 )
 
-from fixtures import bdd_frames, cifar_arrays as _cifar_arrays
+from fixtures import SHARED_DATA, bdd_frames, cifar_arrays as _cifar_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
-BDD_SAMPLE = Path("/work/shared/data/bdd100k-labels-sample/unitest_val_bdd.json")
+BDD_SAMPLE = SHARED_DATA / "bdd100k-labels-sample" / "unitest_val_bdd.json"
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 CIFAR_MEAN = torch.tensor([0.4914, 0.4822, 0.4465]).view(3, 1, 1)
 CIFAR_STD = torch.tensor([0.2023, 0.1994, 0.2010]).view(3, 1, 1)

@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fixtures import SHARED_DATA
 
 import fccolit.datamodules.libsvm as dm_module
 from fccolit.datamodules import LibSVMDataModule
 from fccolit.io import cache_key, cached_arrays, default_cache_dir, parse_libsvm, read_libsvm
 from fccolit.io.cache import CACHE_DIRNAME
 
-A9A = Path("/work/shared/data/libsvm-a9a")
+A9A = SHARED_DATA / "libsvm-a9a"
 
 
 # ---------------------------------------------------------------------------------------------- helpers

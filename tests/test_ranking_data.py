@@ -1,7 +1,7 @@
 """Recommendation data: rating readers (MovieLens, Netflix), the split protocols, the DataModules, the cache.
 
 Fixtures are generated in the exact file formats (with the awkward cases); the real ml-latest-small ratings are
-checked against the counts its README publishes when /work/shared/data is present.
+checked against the counts its README publishes when ../shared/data is present.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fixtures import SHARED_DATA
 
 import fccolit.io.ratings as ratings_module
 from fccolit.datamodules.movielens import MovieLensDataModule, detect_movielens
@@ -23,7 +24,7 @@ from fccolit.datamodules.ranking import build_recommendation_arrays, ideal_dcg
 from fccolit.io.ratings import Ratings, read_movielens_ratings, read_netflix_probe, read_netflix_ratings
 from fccolit.metrics.ranking import FullRankingNDCG, ndcg_at_k
 
-ML_SMALL = Path("/work/shared/data/movielens-ml-latest-small")
+ML_SMALL = SHARED_DATA / "movielens-ml-latest-small"
 
 
 # ---------------------------------------------------------------------------------------------- fixtures

@@ -2,7 +2,7 @@
 
 Fixtures are generated in the exact formats (MSLR fold layout with 136 features, LETOR 4.0 ``#docid`` comments,
 CRLF, queries split over the file, queries without a relevant document); the LightGBM lambdarank example in
-/work/shared/data is checked against counts computed from its own files.
+../shared/data is checked against counts computed from its own files.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fixtures import SHARED_DATA
 
 import fccolit.io.ratings as ratings_module
 from fccolit.datamodules.mslr import ALLRANK_NEGATIVE_FEATURES, ALLRANK_NO_LOG_FEATURES, MSLRDataModule
 from fccolit.io.letor import group_by_query, parse_letor, read_lightgbm_ranking, read_query_sizes
 from fccolit.metrics.ranking import NDCG
 
-LIGHTGBM = Path("/work/shared/data/letor-lightgbm-lambdarank")
+LIGHTGBM = SHARED_DATA / "letor-lightgbm-lambdarank"
 
 
 def _letor_docs(num_queries, num_features, seed, empty_query=None, sparse=False):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fixtures import dual_batches, toy_binary_data
 from lightning.pytorch import Callback, Trainer
 from torch.utils.data import DataLoader
 
@@ -37,26 +38,6 @@ def make(cls, data_sizes, objective=None, optimizer=None, seed=0, **kw):
     return module.double()
 
 
-def toy_data(n=40, d=5, m=10, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g, dtype=torch.float64)
-    y = torch.zeros(n, dtype=torch.long)
-    y[torch.randperm(n, generator=g)[:m]] = 1
-    pos_index = torch.full_like(y, -1)
-    pos_index[y == 1] = torch.arange(m)
-    return x, y, pos_index
-
-
-def batches_of(x, y, pos_index, steps, positives=3, negatives=5, seed=2):
-    """Dual batches (distinct positives, then negatives) as dicts of the binary batch fields."""
-    g = torch.Generator().manual_seed(seed)
-    pos, neg = torch.nonzero(y == 1).flatten(), torch.nonzero(y == 0).flatten()
-    out = []
-    for _ in range(steps):
-        idx = torch.cat([pos[torch.randperm(len(pos), generator=g)[:positives]],
-                         neg[torch.randperm(len(neg), generator=g)[:negatives]]])
-        out.append({"x": x[idx], "y": y[idx], "index": idx, "pos_index": pos_index[idx]})
-    return out
 
 
 def optimizer_of(module):
@@ -121,8 +102,8 @@ def test_every_preset_estimator_is_the_gradient_of_F_with_an_exact_state(binary_
 def test_sox_with_gamma_1_beta_1_fresh_is_bsgd_step_by_step():
     """SOX(γ = 1, β = 1, fresh u) and BSGD take the same steps, and BSGD's G is the plug-in gradient
     ∇_w mean_i f(ĝ_i(w)) (autograd straight through f, no state) at every step."""
-    x, y, pos_index = toy_data()
-    batches = batches_of(x, y, pos_index, 25)
+    x, y, pos_index = toy_binary_data()
+    batches = dual_batches(x, y, pos_index, 25)
     sizes = sizes_of(x, y)
     lr = 2.0
     sox = make(SOX, sizes, optimizer=lambda p: Momentum(p, lr=lr, momentum_weight=1.0), ema_weight=1.0,
@@ -147,8 +128,8 @@ def test_sox_with_gamma_1_beta_1_fresh_is_bsgd_step_by_step():
 
 
 def test_sox_with_beta_1_fresh_is_soap_step_by_step():
-    x, y, pos_index = toy_data()
-    batches = batches_of(x, y, pos_index, 25)
+    x, y, pos_index = toy_binary_data()
+    batches = dual_batches(x, y, pos_index, 25)
     sizes = sizes_of(x, y)
     opt = lambda p: Momentum(p, lr=1.5, momentum_weight=1.0)  # noqa: E731
     sox = make(SOX, sizes, optimizer=opt, ema_weight=0.3, u_for_gradient="fresh")
@@ -161,8 +142,8 @@ def test_sox_with_beta_1_fresh_is_soap_step_by_step():
 
 
 def test_unsampled_rows_never_change_in_sox_and_soap():
-    x, y, pos_index = toy_data()
-    batches = batches_of(x, y, pos_index, 30)
+    x, y, pos_index = toy_binary_data()
+    batches = dual_batches(x, y, pos_index, 30)
     for cls in (SOX, SOAP):
         module = make(cls, sizes_of(x, y), optimizer=lambda p: Momentum(p, lr=1.0, momentum_weight=1.0), ema_weight=0.4)
         before = module.state.values().clone()
@@ -179,8 +160,8 @@ def test_unsampled_rows_never_change_in_sox_and_soap():
 def test_moap_decays_unsampled_rows_by_exactly_1_minus_gamma(scale):
     """MOAP (seed 001 eq. (3)): unsampled visited rows are multiplied by 1 − γ (lazily: compared after reading),
     sampled rows become (1 − γ) u + γ (n/B1) ĝ (first visit: ĝ)."""
-    x, y, pos_index = toy_data()
-    batches = batches_of(x, y, pos_index, 30)
+    x, y, pos_index = toy_binary_data()
+    batches = dual_batches(x, y, pos_index, 30)
     gamma, n, b1 = 0.2, int(y.sum()), 3
     module = make(MOAP, sizes_of(x, y), optimizer=lambda p: Momentum(p, lr=1.0), ema_weight=gamma,
                   scale_by_n_over_B1=scale)
@@ -233,7 +214,7 @@ class NegativeLogSumExp(FCCOObjective):
 
 def test_sox_estimator_is_unbiased_with_exact_u_and_bsgd_is_not():
     """Expectation over every (B1 = 2 of 4 positives) × (B2 = 2 of 6 negatives) batch, enumerated exactly."""
-    x, y, pos_index = toy_data(n=10, d=3, m=4, seed=3)
+    x, y, pos_index = toy_binary_data(n=10, d=3, m=4, seed=3)
     sizes = sizes_of(x, y)
     sox = make(SOX, sizes, NegativeLogSumExp(), u_for_gradient="previous")
     bsgd = make(BSGD, sizes, NegativeLogSumExp())
@@ -283,8 +264,8 @@ def fit(module, batches, callbacks, max_steps=None, ckpt_path=None, **trainer_kw
 
 
 def test_sox_boost_halves_eta_beta_gamma_doubles_stages_and_carries_u_and_v_over():
-    x, y, pos_index = toy_data()
-    batches = batches_of(x, y, pos_index, 30)
+    x, y, pos_index = toy_binary_data()
+    batches = dual_batches(x, y, pos_index, 30)
     eta, beta, gamma = 0.8, 0.4, 0.6
     opt = lambda p: Momentum(p, lr=eta, momentum_weight=beta)  # noqa: E731
     module = make(SOX, sizes_of(x, y), optimizer=opt, ema_weight=gamma)
@@ -325,8 +306,8 @@ def test_sox_boost_stage_arithmetic():
 
 
 def test_inverse_sqrt_schedule_values_tie_and_resume(tmp_path):
-    x, y, pos_index = toy_data()
-    batches = batches_of(x, y, pos_index, 12)
+    x, y, pos_index = toy_binary_data()
+    batches = dual_batches(x, y, pos_index, 12)
     opt = lambda p: Momentum(p, lr=2.0, momentum_weight=0.5)  # noqa: E731
     module = make(MOAP, sizes_of(x, y), optimizer=opt, ema_weight=0.5)
     rec = Recorder()
@@ -352,15 +333,15 @@ def test_inverse_sqrt_schedule_values_tie_and_resume(tmp_path):
 
 
 def test_schedule_needs_fccolit_optimizer_weights():
-    x, y, pos_index = toy_data()
+    x, y, pos_index = toy_binary_data()
     module = make(SOX, sizes_of(x, y), optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
     with pytest.raises(ValueError, match="no 'momentum_weight'"):
-        fit(module, batches_of(x, y, pos_index, 2), [InverseSqrtSchedule(tie_weights=False)])
+        fit(module, dual_batches(x, y, pos_index, 2), [InverseSqrtSchedule(tie_weights=False)])
 
 
 # ---------------------------------------------------------------------------------------------- checks
 def test_presets_refuse_optimizers_that_are_not_theirs():
-    x, y, _ = toy_data()
+    x, y, _ = toy_binary_data()
     sizes = sizes_of(x, y)
     with pytest.raises(ValueError, match="BSGD takes plain SGD"):
         optimizer_of(make(BSGD, sizes, optimizer=lambda p: Momentum(p, lr=0.1, momentum_weight=0.1)))
@@ -386,7 +367,7 @@ def test_presets_refuse_optimizers_that_are_not_theirs():
 def test_presets_take_back_their_defining_arguments_and_refuse_others(tmp_path):
     """A checkpoint's hyper-parameters hold the defining values (γ = 1 for BSGD, ...): they are accepted, so
     ``load_from_checkpoint`` rebuilds the preset; other values name the general class."""
-    x, y, _ = toy_data()
+    x, y, _ = toy_binary_data()
     sizes = sizes_of(x, y)
     for cls, objective in ((BSGD, AveragePrecision()), (SOAP, AveragePrecision()), (MOAP, AveragePrecision()),
                            (MOAPV1, AveragePrecision(project=True)), (MOAPV2, AveragePrecision(project=True)),
