@@ -55,16 +55,20 @@ class ListwiseCE(SONG):
         nll = torch.logsumexp(scores.masked_fill(~batch["mask"], float("-inf")), 1, keepdim=True) - scores
         loss = (nll * anchor).sum() / anchor.sum().clamp_min(1)
         self.optimization_step(loss)
-        self.log("train/loss", loss.detach(), on_step=True)
+        self.log_objective_estimate(loss.detach().reshape(1))  # logged as Supervised logs its loss
 
 
 def adam(params):
     return torch.optim.Adam(params, lr=1e-3)
 
 
-def cases(quick: bool, work: Path):
-    """name → (DataModule factory, plain module factory, FCCO module factory)."""
-    hidden = [512, 512]
+def cases(quick: bool, work: Path, hidden: list[int] | None = None):
+    """name → (DataModule factory, plain module factory, FCCO module factory).
+
+    ``hidden``: the hidden widths of the classification MLP (default ``[512, 512]``: MLP 256-512-512-1); the case
+    names state them (``benchmarks/step_overhead.py`` sweeps them)."""
+    hidden = [512, 512] if hidden is None else list(hidden)
+    mlp = "MLP " + "-".join(str(w) for w in [256, *hidden, 1])  # 256 = num_features of both DataModules
     binary = lambda: SyntheticBinaryDataModule(num_samples=20_000, num_features=256, pos_fraction=0.05,  # noqa: E731
                                                batch_size=256, num_positives=64, seed=0)
     grouped = lambda: SyntheticGroupedDataModule(num_groups=16, max_group_size=2_000, num_features=256,  # noqa: E731
@@ -93,18 +97,18 @@ def cases(quick: bool, work: Path):
         "K-SONG practical (same)": (
             ranking, lambda d: ListwiseCE(neumf(), optimizer=adam, data_sizes=d.sizes),
             lambda d: KSONG(neumf(), TopKNDCGSurrogate(top_k=10), optimizer=adam, data_sizes=d.sizes)),
-        "ADAP (MLP 256-512-512-1, B = 256, vs BCE)": (
+        f"ADAP ({mlp}, B = 256, vs BCE)": (
             binary, sup(adaptive),
             lambda d: ADAP(MLP(hidden=hidden), AveragePrecision(project=True), optimizer=adaptive,
                            data_sizes=d.sizes)),
-        "SONEX GDRO-CVaR (MLP 256-512-512-1, 8 groups × 32, vs BCE)": (
+        f"SONEX GDRO-CVaR ({mlp}, 8 groups × 32, vs BCE)": (
             grouped, sup(adam),
             lambda d: SONEX(MLP(hidden=hidden), GroupDROCVaR(ratio=0.25), optimizer=adam, data_sizes=d.sizes)),
         "↳ SONEX without the MSVR correction (γ' = 0: no forward pass at w_{t−1})": (
             grouped, sup(adam),
             lambda d: SONEX(MLP(hidden=hidden), GroupDROCVaR(ratio=0.25), correction_weight=0.0, optimizer=adam,
                             data_sizes=d.sizes)),
-        "PAUCRange inner step (MLP 256-512-512-1, B = 256, vs BCE)": (
+        f"PAUCRange inner step ({mlp}, B = 256, vs BCE)": (
             binary, sup(sgd),
             lambda d: PAUCRange(MLP(hidden=hidden), PartialAUCRange(0.05, 0.5), inner_steps=10_000,
                                 data_sizes=d.sizes)),

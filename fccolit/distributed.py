@@ -6,6 +6,7 @@ one process, so single-device code pays nothing.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -25,11 +26,22 @@ def rank() -> int:
     return dist.get_rank() if is_distributed() else 0
 
 
+# Rows per rank that the one-collective path of all_gather_rows reserves, keyed by (columns, dtype, device): the
+# largest count seen so far, identical on every rank (each rank updates it from the same gathered counts).
+_row_capacity: dict[tuple[int, torch.dtype, str], int] = {}
+
+
 def all_gather_rows(*tensors: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Concatenate tensors of every rank along dim 0, without gradient.
 
     The tensors of one rank must share their first dimension ``B_r``; ``B_r`` may differ between ranks
     (shards are padded for the collective and the padding is dropped again).
+
+    A single floating tensor (the per-index state packs its index and estimates into one) travels in one
+    collective: each rank sends its row count in a header row followed by its rows padded to a capacity that every
+    rank knows (the largest count seen before); only when some rank has more rows than that is there a second
+    round, after which the capacity is raised on every rank alike. Several tensors: one collective for the sizes,
+    then one per tensor.
 
     Returns:
         (gathered, offsets): ``gathered[k]`` has shape ``[Σ_r B_r, ...]`` ordered by rank, and
@@ -38,14 +50,14 @@ def all_gather_rows(*tensors: torch.Tensor) -> tuple[list[torch.Tensor], torch.T
     local = tensors[0].shape[0]
     if not is_distributed():
         return list(tensors), torch.tensor([0, local])
+    if len(tensors) == 1 and tensors[0].dtype in (torch.float32, torch.float64) and tensors[0].dim() >= 1:
+        return _all_gather_rows_one_collective(tensors[0])
     world = dist.get_world_size()
     device = tensors[0].device
     sizes = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world)]
     dist.all_gather(sizes, torch.tensor([local], dtype=torch.long, device=device))
     sizes_t = torch.cat(sizes).cpu()
     largest = int(sizes_t.max())
-    offsets = torch.zeros(world + 1, dtype=torch.long)
-    offsets[1:] = torch.cumsum(sizes_t, 0)
     gathered = []
     for t in tensors:
         t = t.detach()
@@ -55,7 +67,38 @@ def all_gather_rows(*tensors: torch.Tensor) -> tuple[list[torch.Tensor], torch.T
         parts = [torch.empty_like(t) for _ in range(world)]
         dist.all_gather(parts, t.contiguous())
         gathered.append(torch.cat([p[: int(n)] for p, n in zip(parts, sizes_t)]))
-    return gathered, offsets
+    return gathered, _offsets(sizes_t)
+
+
+def _offsets(sizes: torch.Tensor) -> torch.Tensor:
+    offsets = torch.zeros(sizes.shape[0] + 1, dtype=torch.long)
+    offsets[1:] = torch.cumsum(sizes, 0)
+    return offsets
+
+
+def _all_gather_rows_one_collective(t: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """:func:`all_gather_rows` of one floating tensor ``[B_r, ...]``: header row (the count) + rows padded to the
+    shared capacity, one ``all_gather`` while no rank exceeds the capacity (float32 / float64: the count is exact
+    below 2^24)."""
+    world = dist.get_world_size()
+    rows = t.detach().reshape(t.shape[0], math.prod(t.shape[1:]))
+    key = (rows.shape[1], rows.dtype, str(rows.device))
+    local = rows.shape[0]
+    capacity = _row_capacity.get(key, 0)
+    while True:
+        send = rows.new_zeros((capacity + 1, rows.shape[1]))
+        send[0, 0] = local
+        if local <= capacity:
+            send[1 : local + 1] = rows
+        parts = [torch.empty_like(send) for _ in range(world)]
+        dist.all_gather(parts, send)
+        sizes = torch.stack([p[0, 0] for p in parts]).long().cpu()
+        largest = int(sizes.max())
+        if largest <= capacity:
+            break
+        capacity = _row_capacity[key] = largest  # the same on every rank: they all read the same counts
+    gathered = torch.cat([p[1 : int(n) + 1] for p, n in zip(parts, sizes)])
+    return [gathered.reshape(-1, *t.shape[1:])], _offsets(sizes)
 
 
 def all_gather_with_grad(t: torch.Tensor) -> torch.Tensor:

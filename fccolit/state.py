@@ -123,7 +123,9 @@ class IndexedState(nn.Module):
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         if not self.has_bounds:
             return x
-        return torch.maximum(torch.minimum(x, self.upper.to(x.dtype)), self.lower.to(x.dtype))
+        if x.dtype == self.lower.dtype:
+            return torch.clamp(x, self.lower, self.upper)
+        return torch.clamp(x, self.lower.to(x.dtype), self.upper.to(x.dtype))
 
     def _read(self, rows: torch.Tensor) -> torch.Tensor:
         """Current value of ``rows`` with any pending lazy decay applied (NaN for unvisited rows)."""
@@ -245,18 +247,22 @@ class IndexedState(nn.Module):
         unvisited = torch.isnan(old)  # rows are NaN in every component or in none
         old = torch.where(unvisited, est, old)  # first visit: u^{t−1} := ĝ_i
         target = est if sample_scale == 1.0 else sample_scale * est
-        new = old + ema_weight * (target - old)  # = (1 − γ)u + γ s ĝ, and exactly ĝ on a first visit when s = 1
+        weight = ema_weight.to(old.dtype) if isinstance(ema_weight, torch.Tensor) else ema_weight
+        new = torch.lerp(old, target, weight)  # (1 − γ)u + γ s ĝ, and exactly ĝ on a first visit when s = 1
         if corr is not None and correction_weight != 0.0:
-            new = new + correction_weight * (est - corr)
+            new.add_(est - corr, alpha=correction_weight)
         if sample_scale != 1.0 or corr is not None:
             new = torch.where(unvisited, est, new)  # first visit: u_i := ĝ_i
         new = self._project(new)
         self.value.index_copy_(0, rows, new)
         if self.decay_unsampled:
-            gamma = torch.as_tensor(ema_weight, dtype=torch.float64, device=self.value.device)
             # exp(-1000) is exactly 0 in float64: a step with γ = 1 erases every unsampled row.
-            self.log_decay_total.add_(torch.log1p(-gamma).clamp_min(-1000.0))
-            self.log_decay_mark.index_put_((rows,), self.log_decay_total.expand(rows.shape[0]))
+            if isinstance(ema_weight, torch.Tensor):
+                gamma = ema_weight.to(device=self.value.device, dtype=torch.float64)
+                self.log_decay_total.add_(torch.log1p(-gamma).clamp_min(-1000.0))
+            else:
+                self.log_decay_total.add_(max(math.log1p(-ema_weight), -1000.0) if ema_weight < 1.0 else -1000.0)
+            self.log_decay_mark.index_fill_(0, rows, self.log_decay_total)
 
         if local is None and local_size == all_index.shape[0]:
             return StateUpdate(previous=old, current=new, first_visit=unvisited[:, 0])

@@ -111,6 +111,8 @@ class FCCOModule(LightningModule):
 
     input_key = "x"
     default_metrics: tuple[str, ...] = ()  # used when there is no objective to ask
+    training_estimate_name = "train/objective"  # what log_objective_estimate logs (and its "_epoch" mean)
+    tracks_training_estimate = False  # log the epoch mean even without an objective (Supervised's loss)
 
     def __init__(
         self,
@@ -244,13 +246,30 @@ class FCCOModule(LightningModule):
         self.optimization_step(loss)
         self.log_objective_estimate(estimate)
 
+    def _logging_step(self) -> bool:
+        """Whether the logger writes this batch's values (Lightning writes when ``(batches so far + 1)`` is a multiple
+        of ``log_every_n_steps``; these modules take one optimizer step per batch, so the batches so far are the
+        global step until this batch's step is taken: the flag is fixed at the start of the batch)."""
+        every = getattr(self.trainer, "log_every_n_steps", 1) or 1
+        return (self.global_step + 1) % every == 0
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self._write_logs = self._logging_step()
+
     def log_objective_estimate(self, estimate: torch.Tensor | None) -> None:
-        """Log ``train/objective`` (this step's mean ``f_i(u_i)``, on this rank) and accumulate the epoch's."""
+        """Accumulate the epoch's running mean of ``estimate`` (this step's ``f_i(u_i)`` of the batch's rows, or
+        a supervised module's loss) and log its mean as ``train/objective`` (``training_estimate_name``).
+
+        The step value is handed to ``self.log`` only on the steps the logger writes (``log_every_n_steps``): a
+        ``self.log`` call costs about 0.3 ms on a CPU, as much as the whole state update. The epoch's value,
+        ``train/objective_epoch``, is the exact mean over every step and rank (:meth:`on_train_epoch_end`).
+        """
         if estimate is None:
             return
-        self._objective_sum += estimate.sum()
-        self._objective_count += estimate.numel()
-        self.log("train/objective", estimate.mean(), on_step=True, on_epoch=False, prog_bar=True)
+        self._objective_sum.add_(estimate.sum())  # in place: `+=` on a module attribute goes through __setattr__
+        self._objective_count.add_(estimate.numel())
+        if getattr(self, "_write_logs", True):
+            self.log(self.training_estimate_name, estimate.mean(), on_step=True, on_epoch=False, prog_bar=True)
 
     def optimization_step(self, loss: torch.Tensor, add_to_gradient: Callable[[], None] | None = None) -> None:
         """zero_grad → manual_backward → (``add_to_gradient()``) → clip → step → (scheduler).
@@ -275,12 +294,12 @@ class FCCOModule(LightningModule):
             scheduler.step()
 
     def on_train_epoch_end(self) -> None:
-        if self.objective is not None:
+        if self.objective is not None or self.tracks_training_estimate:
             totals = torch.stack([self._objective_sum, self._objective_count])
             if distributed.is_distributed():
                 torch.distributed.all_reduce(totals)
             if totals[1] > 0:  # the exact mean over every rank's rows of the epoch
-                self.log("train/objective_epoch", totals[0] / totals[1], sync_dist=True)
+                self.log(f"{self.training_estimate_name}_epoch", totals[0] / totals[1], sync_dist=True)
             self._objective_sum.zero_()
             self._objective_count.zero_()
         scheduler = self.lr_schedulers()

@@ -285,8 +285,8 @@ class _RankedRangeModule(FCCOModule):
         ``v``, added in closed form (fused per parameter, no graph); for :meth:`optimization_step`'s
         ``add_to_gradient``."""
         grads = self._grads()
-        difference = torch._foreach_sub([p.detach() for p in self.trainable()], self.pieces(vector))
-        torch._foreach_add_(grads, difference, alpha=weight)
+        torch._foreach_add_(grads, [p.detach() for p in self.trainable()], alpha=weight)  # no temporary difference
+        torch._foreach_add_(grads, self.pieces(vector), alpha=-weight)
 
     @torch.no_grad()
     def add_linear_gradient(self, vector: torch.Tensor, weight: float) -> None:
@@ -380,26 +380,6 @@ class _RankedRangeModule(FCCOModule):
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         return self.evaluation_scores(batch)
-
-    def _logging_step(self) -> bool:
-        """Whether the logger writes this batch's values (Lightning writes when ``(batches so far + 1)`` is a multiple
-        of ``log_every_n_steps``; these modules take one optimizer step per batch, so the batches so far are the
-        global step until this batch's step is taken: the flag is fixed at the start of ``training_step``)."""
-        every = getattr(self.trainer, "log_every_n_steps", 1) or 1
-        return (self.global_step + 1) % every == 0
-
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        self._write_logs = self._logging_step()
-
-    def log_objective_estimate(self, estimate: torch.Tensor | None) -> None:
-        """As the base class (the epoch's running mean is exact), but ``train/objective`` is only handed to
-        ``self.log`` on the steps the logger writes (``log_every_n_steps``)."""
-        if estimate is None:
-            return
-        self._objective_sum += estimate.sum()
-        self._objective_count += estimate.numel()
-        if getattr(self, "_write_logs", True):
-            self.log("train/objective", estimate.mean(), on_step=True, on_epoch=False, prog_bar=True)
 
     def log_loop(self, always: bool = False, **values: float) -> None:
         """Log loop counters as ``train/<key>`` on the steps the logger writes (``log_every_n_steps``): a

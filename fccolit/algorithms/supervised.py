@@ -10,7 +10,8 @@ from fccolit.algorithms.base import FCCOModule
 
 
 class Supervised(FCCOModule):
-    """Binary cross-entropy on the scores (no per-index state). Logs ``train/loss`` (the true mini-batch loss).
+    """Binary cross-entropy on the scores (no per-index state). Logs ``train/loss`` (the true mini-batch loss, on the
+    steps the logger writes) and ``train/loss_epoch`` (its exact mean over the epoch and every rank).
 
     Same model, data, optimizer and metrics interface as the FCCO algorithms, so it is the baseline every
     benchmark compares against (and the objective of a warm-up phase).
@@ -21,6 +22,8 @@ class Supervised(FCCOModule):
     """
 
     default_metrics = ("ap", "auroc", "pauc_0.05_0.5")
+    training_estimate_name = "train/loss"
+    tracks_training_estimate = True
 
     def __init__(self, model: nn.Module, pos_weight: float = 1.0, **kwargs) -> None:
         self.pos_weight = pos_weight
@@ -34,4 +37,4 @@ class Supervised(FCCOModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         loss = self.supervised_loss(self(batch), batch)
         self.optimization_step(loss)
-        self.log("train/loss", loss.detach(), on_step=True, on_epoch=True, prog_bar=True)
+        self.log_objective_estimate(loss.detach().reshape(1))
