@@ -9,8 +9,8 @@ Runs, each writing its ``benchmarks/results/<name>.md``, then assembles ``benchm
 * ``state_scale.py``: per-index state bytes per pair and update time for n = 10^5 … 10^8;
 * ``ranking_data.py``: MovieLens-20M-sized parse / cache load, sampler-versus-step throughput, LibAUC's MovieLens
   data path (when installed);
-* ``step_overhead.py`` and ``song_step.py``: SOX (raw and Lightning) and SONG / K-SONG / SOLC (raw, at MovieLens-20M
-  table sizes) step tables.
+* ``step_overhead.py``: ADAP, PAUCRange, SONEX (with / without MSVR) and SOX step versus plain step over MLP widths
+  128 … 2048 (Lightning, table and plot); ``song_step.py``: SONG / K-SONG / SOLC (raw, at MovieLens-20M table sizes).
 
 ``--quick`` uses reduced sizes (under 10 minutes on the 2-core development machine); without it, full sizes. The last
 line printed is ``summary: fcco_overhead_max=<x> libauc_speedup_min=<y>``: the worst FCCO / plain step ratio of

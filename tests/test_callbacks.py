@@ -26,3 +26,44 @@ def test_state_histograms_and_tags_reach_tensorboard(tmp_path, capsys):
     visited = [e.value for e in events.Scalars("state/u/visited")]
     assert 0 < visited[0] <= visited[-1] <= 1
     assert "val/ap" in capsys.readouterr().out  # MetricsSummary printed the table
+
+
+def test_step_values_reach_the_logger_every_n_steps_and_epoch_means_are_exact(tmp_path):
+    """train/objective (and Supervised's train/loss) are handed to self.log only on the steps the logger writes;
+    the epoch value is the exact mean of every step's estimate, logged or not."""
+    import torch
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.loggers import CSVLogger
+
+    from fccolit.algorithms import SOX, Supervised
+    from fccolit.datamodules import SyntheticBinaryDataModule
+    from fccolit.models import MLP
+    from fccolit.objectives import AveragePrecision
+
+    for name, make in (("train/objective", lambda d: SOX(MLP(hidden=[8]), AveragePrecision(), data_sizes=d.sizes)),
+                       ("train/loss", lambda d: Supervised(MLP(hidden=[8]), data_sizes=d.sizes))):
+        data = SyntheticBinaryDataModule(num_samples=600, num_features=6, batch_size=50, num_positives=10, seed=0)
+        torch.manual_seed(0)
+        module = make(data)
+        estimates, log_calls = [], []
+        original_accumulate, original_log = module.log_objective_estimate, module.log
+
+        def accumulate(estimate, original=original_accumulate):
+            estimates.append(estimate.detach().double().clone())
+            original(estimate)
+
+        def log(key, *args, original=original_log, **kwargs):
+            log_calls.append(key)
+            original(key, *args, **kwargs)
+
+        module.log_objective_estimate, module.log = accumulate, log
+        logger = CSVLogger(tmp_path, name=name.replace("/", "_"))
+        trainer = Trainer(accelerator="cpu", max_epochs=1, limit_val_batches=0,
+                          log_every_n_steps=5, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+                          enable_model_summary=False, use_distributed_sampler=False)
+        trainer.fit(module, datamodule=data)
+        steps = len(estimates)
+        assert steps >= 5
+        assert log_calls.count(name) == steps // 5, log_calls  # steps 5, 10, ...
+        expected = torch.cat(estimates).mean()
+        assert torch.allclose(trainer.callback_metrics[f"{name}_epoch"].double(), expected, rtol=1e-6)

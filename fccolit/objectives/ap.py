@@ -7,7 +7,7 @@ from typing import ClassVar
 import torch
 
 from fccolit.objectives.base import FCCOObjective, InnerBatch
-from fccolit.surrogates import pairwise_surrogate, surrogate_range
+from fccolit.surrogates import pairwise_surrogate, pairwise_surrogate_with_slope, pairwise_weighted_sum, surrogate_range
 
 
 class AveragePrecision(FCCOObjective):
@@ -125,6 +125,7 @@ class AveragePrecision(FCCOObjective):
         self.score_transform, self.project = score_transform, project
         self.inner_estimator, self.inner_scale, self.score_range = inner_estimator, inner_scale, score_range
         self.loss = pairwise_surrogate(surrogate, margin, scale)
+        self.loss_with_slope = pairwise_surrogate_with_slope(surrogate, margin, scale)
         self.sizes: dict[str, int] = {}
 
     # ------------------------------------------------------------------ data sizes
@@ -155,18 +156,20 @@ class AveragePrecision(FCCOObjective):
         s = self._scores(scores)
         y = batch["y"].reshape(-1).to(s.dtype)
         anchors = (batch["pos_index"].reshape(-1) >= 0).nonzero().flatten()
-        ell = self.loss(s.unsqueeze(0) - s.index_select(0, anchors).unsqueeze(1))  # [P, B]: ℓ(s_j − s_i)
         per_sample = torch.stack([y, torch.ones_like(y)], dim=-1)  # [B, 2]: (1[y_j = 1], 1)
-        if "task" in batch:  # multi-task: an anchor's inner set is its own task's positions
-            if self.inner_estimator != "batch_mean":
-                raise ValueError("AveragePrecision: multi-task batches take inner_estimator='batch_mean' only")
-            task = batch["task"].reshape(-1)
-            same = (task.index_select(0, anchors).unsqueeze(1) == task.unsqueeze(0)).to(ell.dtype)  # [P, B]
-            value = (ell * (same / same.sum(1, keepdim=True))) @ per_sample  # [P, 2]
-        elif self.inner_estimator == "batch_mean":
-            value = ell @ (per_sample / s.shape[0])  # [P, 2]
+        if "task" not in batch and self.inner_estimator == "batch_mean":
+            # ℓ(s_j − s_i) @ per_sample / B as one autograd node with a closed-form backward (the hot path)
+            value = pairwise_weighted_sum(s, anchors, per_sample / s.shape[0], self.loss_with_slope)  # [P, 2]
         else:
-            value = self._reweighted(ell, y, anchors)
+            ell = self.loss(s.unsqueeze(0) - s.index_select(0, anchors).unsqueeze(1))  # [P, B]: ℓ(s_j − s_i)
+            if "task" in batch:  # multi-task: an anchor's inner set is its own task's positions
+                if self.inner_estimator != "batch_mean":
+                    raise ValueError("AveragePrecision: multi-task batches take inner_estimator='batch_mean' only")
+                task = batch["task"].reshape(-1)
+                same = (task.index_select(0, anchors).unsqueeze(1) == task.unsqueeze(0)).to(ell.dtype)  # [P, B]
+                value = (ell * (same / same.sum(1, keepdim=True))) @ per_sample  # [P, 2]
+            else:
+                value = self._reweighted(ell, y, anchors)
         if self.inner_scale == "sum" and self.inner_estimator == "batch_mean":
             value = value * self._size("num_samples", "inner_scale='sum'")
         return InnerBatch(index=batch["pos_index"].reshape(-1).index_select(0, anchors), value=value)
