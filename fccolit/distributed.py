@@ -27,8 +27,16 @@ def rank() -> int:
 
 
 # Rows per rank that the one-collective path of all_gather_rows reserves, keyed by (columns, dtype, device): the
-# largest count seen so far, identical on every rank (each rank updates it from the same gathered counts).
+# largest count seen so far, identical on every rank (each rank updates it from the same gathered counts) as long as
+# every rank started from the same history: FCCOModule.on_fit_start resets it on every rank (a process that took part
+# in an earlier DDP run must not pad differently from ranks started afresh).
 _row_capacity: dict[tuple[int, torch.dtype, str], int] = {}
+
+
+def reset_row_capacity() -> None:
+    """Forget the capacities of :func:`all_gather_rows` (call it on every rank at the same point, e.g. a fit's
+    start)."""
+    _row_capacity.clear()
 
 
 def all_gather_rows(*tensors: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:

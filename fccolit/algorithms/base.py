@@ -246,6 +246,9 @@ class FCCOModule(LightningModule):
         self.optimization_step(loss)
         self.log_objective_estimate(estimate)
 
+    def on_fit_start(self) -> None:
+        distributed.reset_row_capacity()  # every rank pads the state's all-gather alike from here on
+
     def _logging_step(self) -> bool:
         """Whether the logger writes this batch's values (Lightning writes when ``(batches so far + 1)`` is a multiple
         of ``log_every_n_steps``; these modules take one optimizer step per batch, so the batches so far are the
