@@ -100,8 +100,8 @@ def report(results: list[dict[str, float]], command: str) -> str:
     lines += [
         "",
         f"Update time at n = {results[-1]['rows']:,} over n = {results[0]['rows']:,}: {flat:.2f}× for "
-        f"{results[-1]['rows'] // results[0]['rows']:,}× the rows (the remaining growth is cache misses of random rows "
-        "in a table larger than the CPU caches, not work proportional to n). MOAP / MOAP-V2 / ADAP "
+        f"{results[-1]['rows'] // results[0]['rows']:,}× the rows (the update is O(batch); what varies between sizes is "
+        "noise and cache misses of random rows in a table larger than the CPU caches). MOAP / MOAP-V2 / ADAP "
         "(`decay_unsampled=True`) keep 8 more bytes per row (the float64 lazy-decay mark); their rows are positives of a "
         "classification set, not Netflix-sized pair sets.",
     ]

@@ -178,7 +178,7 @@ class WarmUp(Callback):
 
             def warmup_loss(scores: torch.Tensor, batch: dict[str, torch.Tensor]):
                 loss, estimate = algorithm.compositional_loss(scores, batch)
-                if estimate is not None:
+                if estimate is not None and getattr(pl_module, "_write_logs", True):  # as train/objective
                     pl_module.log("warmup/objective", estimate.mean(), on_step=True, on_epoch=False, prog_bar=True)
                 return loss, None  # the module logs train/objective for its own objective only
 
