@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,7 +39,7 @@ from lightning.pytorch.strategies import DDPStrategy  # noqa: E402
 
 from fccolit.algorithms import ADAP, KSONG, SONEX, SONG, PAUCRange, Supervised  # noqa: E402
 from fccolit.datamodules import SyntheticBinaryDataModule, SyntheticGroupedDataModule  # noqa: E402
-from fccolit.models import MLP  # noqa: E402
+from fccolit.models import MLP, ResNet20  # noqa: E402
 from fccolit.models.neumf import NeuMF  # noqa: E402
 from fccolit.objectives import AveragePrecision, GroupDROCVaR, PartialAUCRange  # noqa: E402
 from fccolit.objectives.ndcg import TopKNDCGSurrogate  # noqa: E402
@@ -89,7 +90,13 @@ def cases(quick: bool, work: Path, hidden: list[int] | None = None):
     neumf = lambda: NeuMF(embedding_dim=64, layers=[64], dropout=0.0)  # noqa: E731
     adaptive = lambda p: AdaptiveMomentum(p, lr=1e-3)  # noqa: E731
     sgd = lambda p: torch.optim.SGD(p, lr=0.1)  # noqa: E731  (PAUCRange sets its own lr every step)
-    sup = lambda opt: lambda d: Supervised(MLP(hidden=hidden), optimizer=opt, data_sizes=d.sizes)  # noqa: E731
+    sup = lambda opt, model=lambda: MLP(hidden=hidden): (  # noqa: E731
+        lambda d: Supervised(model(), optimizer=opt, data_sizes=d.sizes))
+    # the deep models of the papers' image experiments: ResNet-20 on 3 × 32 × 32 inputs (CIFAR-10-LT), batches of
+    # 32 positives + 32 others (seed 003's deep pAUC runs: batch 32 per sampler)
+    images = lambda: SyntheticBinaryDataModule(num_samples=4_000, num_features=3 * 32 * 32,  # noqa: E731
+                                               pos_fraction=0.05, batch_size=64, num_positives=32, seed=0)
+    resnet = lambda: nn.Sequential(nn.Unflatten(1, (3, 32, 32)), ResNet20(num_outputs=1))  # noqa: E731
     return {
         "SONG (NeuMF, 64 users × (10 + 300), vs listwise CE)": (
             ranking, lambda d: ListwiseCE(neumf(), optimizer=adam, data_sizes=d.sizes),
@@ -112,6 +119,12 @@ def cases(quick: bool, work: Path, hidden: list[int] | None = None):
             binary, sup(sgd),
             lambda d: PAUCRange(MLP(hidden=hidden), PartialAUCRange(0.05, 0.5), inner_steps=10_000,
                                 data_sizes=d.sizes)),
+        "ResNet-20 (3 × 32 × 32 images, B = 32 positives + 32 others): ADAP vs BCE": (
+            images, sup(adaptive, resnet),
+            lambda d: ADAP(resnet(), AveragePrecision(project=True), optimizer=adaptive, data_sizes=d.sizes)),
+        "↳ ResNet-20 (same): PAUCRange inner step vs BCE": (
+            images, sup(sgd, resnet),
+            lambda d: PAUCRange(resnet(), PartialAUCRange(0.05, 0.5), inner_steps=10_000, data_sizes=d.sizes)),
     }
 
 
@@ -143,7 +156,9 @@ def run(quick: bool, devices: int, steps: int, work: Path,
     for name, (make_data, plain, fcco) in cases(quick, work).items():
         if only and not any(o in name for o in only):
             continue
-        plain_t, fcco_t = paired_times(plain, fcco, make_data(), steps, devices)
+        # the ResNet-20 steps take a quarter of a second on one CPU thread: fewer batches keep --quick short
+        plain_t, fcco_t = paired_times(plain, fcco, make_data(), steps if "ResNet" not in name else max(24, steps * 3 // 8),
+                                       devices)
         p, f = statistics.median(plain_t), statistics.median(fcco_t)
         if devices > 1:  # the slower rank sets the pace: the largest median over ranks
             both = torch.tensor([p, f], dtype=torch.float64)
@@ -165,7 +180,8 @@ def report(single: dict, ddp: dict | None, command: str, steps: int, threads: in
         "`on_train_batch_start` / `_end` hooks) under a Lightning Trainer: state update, all-gather under DDP and "
         "logging included, data loading excluded. Plain = the same model, batch, optimizer and DataModule with BCE "
         "(classification) or listwise cross-entropy (ranking). Plain and FCCO steps alternate call by call on the "
-        f"same {steps} batches of one fit (`timing.PairedSteps`; first 3 dropped), medians per side. DDP × 2: 2 CPU "
+        f"same {steps} batches of one fit ({max(24, steps * 3 // 8)} for the ResNet-20 rows; `timing.PairedSteps`, "
+        "first 3 dropped), medians per side. DDP × 2: 2 CPU "
         "processes (gloo, 1 thread each), each module in its own `DistributedDataParallel` "
         "(`timing.PairedDDPStrategy`), the slower rank's median. Target ≤ 1.05.",
         "",
@@ -196,6 +212,9 @@ def report(single: dict, ddp: dict | None, command: str, steps: int, threads: in
         "to a capacity every rank knows) or, for objectives of the global batch (AP, pAUC), the all-gather of scores "
         "and fields, whose backward needs no communication. The isolated collective costs 0.2–0.4 ms here; the rest "
         "is waiting.",
+        "* The ResNet-20 rows are the papers' deep setting for image data (CIFAR-10-LT: seed 002's AP and seed 003's "
+        "pAUC experiments, batches of 32 + 32): there the fixed cost of the estimator and PAUCRange's passes over the "
+        "0.27 M parameters are small next to the convolutions.",
         "* How the ratio depends on the model: `python benchmarks/step_overhead.py` sweeps the MLP width (128 … 2048) "
         "for ADAP, PAUCRange, SONEX and SOX, with a plot: the extra of ADAP / SOX / SONEX without MSVR is roughly "
         "fixed (about 1 ms of small tensor operations on this CPU), so their ratio falls under 1.05 as the plain step "
