@@ -88,7 +88,11 @@ def top_sum(values: torch.Tensor, level: float, weights: torch.Tensor | None = N
     Returns:
         ``[...]``: ``Σ_k s_[k] · |[C_{k−1}, C_k] ∩ [0, l]|`` with ``C_k`` the cumulative weights in decreasing order.
     """
-    s, w, cum = _sorted_with_mass(values, weights)
+    return _top_sum_sorted(*_sorted_with_mass(values, weights), level)
+
+
+def _top_sum_sorted(s: torch.Tensor, w: torch.Tensor, cum: torch.Tensor, level: float | torch.Tensor) -> torch.Tensor:
+    """:func:`top_sum` from :func:`_sorted_with_mass`'s output (sort once for several levels)."""
     share = (cum.clamp(max=level) - (cum - w).clamp(max=level)).clamp_min(0.0)
     return (s * share).sum(-1)
 
@@ -149,7 +153,8 @@ def ranked_range_mean(
     ``m = αN``, ``n = βN`` this is ``(1/(n − m)) Σ_{k=m+1}^{n} s_[k]``, seed 003 eq. (3) for one positive.
     """
     total = float(values.shape[-1]) if weights is None else weights.to(values.dtype).sum()
-    return (top_sum(values, beta * total, weights) - top_sum(values, alpha * total, weights)) / ((beta - alpha) * total)
+    ranked = _sorted_with_mass(values, weights)  # one sort for both levels
+    return (_top_sum_sorted(*ranked, beta * total) - _top_sum_sorted(*ranked, alpha * total)) / ((beta - alpha) * total)
 
 
 # ----------------------------------------------------------------------------------------------------------
