@@ -58,7 +58,8 @@ def all_gather_rows(*tensors: torch.Tensor) -> tuple[list[torch.Tensor], torch.T
     local = tensors[0].shape[0]
     if not is_distributed():
         return list(tensors), torch.tensor([0, local])
-    if len(tensors) == 1 and tensors[0].dtype in (torch.float32, torch.float64) and tensors[0].dim() >= 1:
+    one = tensors[0]  # the path must not depend on this rank's row count: every rank has to take the same one
+    if len(tensors) == 1 and one.dtype in (torch.float32, torch.float64) and math.prod(one.shape[1:]) > 0:
         return _all_gather_rows_one_collective(tensors[0])
     world = dist.get_world_size()
     device = tensors[0].device

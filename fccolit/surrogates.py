@@ -29,7 +29,9 @@ SURROGATES = ("squared_hinge", "hinge", "logistic", "sigmoid", "exp")
 class _SquaredHinge(torch.autograd.Function):
     """``max(0, margin + d)²`` with the backward ``2·max(0, margin + d)·grad``: two elementwise ops each way instead
     of autograd's add / relu / pow chain (whose backward is five ops, among them a ``pow`` and a threshold mask:
-    the clipped entries are 0 in the saved hinge already). It runs on every pair of every AP / NDCG / pAUC step."""
+    the clipped entries are 0 in the saved hinge already). Every pAUC step evaluates it on every pair (and AP's
+    multi-task and reweighted estimators; AP's common case fuses the whole inner in :func:`pairwise_weighted_sum`).
+    First derivatives only: a second backward raises instead of treating the saved hinge as a constant."""
 
     @staticmethod
     def forward(ctx, d: torch.Tensor, margin: float) -> torch.Tensor:
@@ -38,6 +40,7 @@ class _SquaredHinge(torch.autograd.Function):
         return hinge * hinge
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         (hinge,) = ctx.saved_tensors
         return grad * hinge * 2.0, None
