@@ -1,10 +1,14 @@
 """Training runs of SONEX and ALEXR2 for the multi-process tests (run as a script, or ``run(...)`` in-process).
 
-    python tests/ddp_run_nonsmooth.py --algo sonex|alexr2 --devices 2 --max-steps 12 --out DIR
+    python tests/ddp_run_nonsmooth.py --algo sonex|alexr2|continual --devices 2 --max-steps 12 --out DIR
         [--data DIR] [--save-every K] [--resume CKPT]
 
 * ``sonex``: GDRO-CVaR on generated grouped data (group batches: each rank gets whole groups; the per-rank path,
   with the objective's own parameter s);
+* ``continual``: SONEX with the continual-learning objective on a generated BDD100K in ``--data`` (with a tiny
+  random CLIP in ``--data/clip``): class-balanced batches of 12 (2 per weather class), which the ranks split 6 / 6;
+  the contrastive term and each constraint's class mean are taken over the global batch (``needs_global_batch``),
+  the old model's scores computed by each rank on its own images and gathered;
 * ``alexr2``: ROC-fairness AUC on generated Adult files in ``--data`` (the gathered global-batch path, independent
   value / gradient halves, constraint sampling); K = 3 inner steps, so checkpoints every 4 steps fall mid-loop.
   One epoch is 9 batches: at its end the ConstraintViolationLogger evaluates the training and validation splits
@@ -28,10 +32,13 @@ from ddp_harness import arguments, fit_and_save  # noqa: E402
 from fccolit.algorithms.alexr2 import ALEXR2  # noqa: E402
 from fccolit.algorithms.sonex import SONEX  # noqa: E402
 from fccolit.callbacks.constraints import ConstraintViolationLogger  # noqa: E402
+from fccolit.datamodules.bdd100k import DEFAULT_CLASSES, BDD100KDataModule, class_prompts  # noqa: E402
 from fccolit.datamodules.fairness import FairnessDataModule  # noqa: E402
 from fccolit.datamodules.grouped import SyntheticGroupedDataModule  # noqa: E402
 from fccolit.models import MLP  # noqa: E402
+from fccolit.models.vision import CLIPClassifier  # noqa: E402
 from fccolit.objectives.constrained import GroupDROCVaR, ROCFairnessAUC  # noqa: E402
+from fccolit.objectives.continual import ContinualLearning  # noqa: E402
 from fccolit.optim import AdaptiveMomentum, Momentum  # noqa: E402
 
 
@@ -46,6 +53,21 @@ def build(args):
             MLP(hidden=[8]), GroupDROCVaR(ratio=0.25), lam=0.05, ema_weight=0.6, correction_weight=0.2,
             optimizer=lambda p: Momentum(p, lr=0.3, momentum_weight=0.3), data_sizes=data.sizes,
             state_dtype="float64", metrics=["auroc"],
+        )
+    elif args.algo == "continual":
+        data = BDD100KDataModule(args.data, task="weather", image_size=32, sampler="class_balanced", batch_size=12,
+                                 num_batches=3, val_fraction=0.2, eval_batch_size=16,
+                                 cache_dir=os.path.join(args.data, "cache"))
+        clip = CLIPClassifier(pretrained_path=os.path.join(args.data, "clip"), logit_scale=1.0,
+                              prompts=class_prompts("weather", DEFAULT_CLASSES["weather"]))
+        model = SONEX(
+            clip, ContinualLearning(target=DEFAULT_CLASSES["weather"].index("foggy"), penalty="hinge", rho=10.0,
+                                    slack=0.01),
+            lam=0.05, ema_weight=0.8, correction_weight=0.1,
+            # momentum SGD, not Adam: Adam's m/√v turns the rounding noise of exactly-zero gradients (the attention
+            # key biases: softmax ignores a shift) into full-size steps, which differ between 1 and 2 processes
+            optimizer=lambda p: Momentum(p, lr=0.5, momentum_weight=0.3), data_sizes=data.sizes,
+            state_dtype="float64", metrics=["accuracy"],
         )
     else:
         data = FairnessDataModule(args.data, "adult", batch_size=32, eval_batch_size=7, seed=0,
@@ -87,7 +109,7 @@ def run(algo, devices, max_steps, out, data=None, save_every=0, resume=None):
 
 def main():
     def options(parser):
-        parser.add_argument("--algo", choices=["sonex", "alexr2"], required=True)
+        parser.add_argument("--algo", choices=["sonex", "alexr2", "continual"], required=True)
         parser.add_argument("--data", default=None)
 
     a = arguments(max_steps=12, add=options)

@@ -251,3 +251,33 @@ def test_config_runs_end_to_end_through_the_cli_and_logs_every_constraint(bdd_ro
     worst = events.Scalars("val/max_violation")[-1].value
     each = [events.Scalars(f"val/constraint_{k}")[-1].value for k in range(5)]
     assert worst == pytest.approx(max(each))
+
+
+@pytest.mark.ddp
+@pytest.mark.slow
+def test_two_processes_equal_one_process(clip_dir, bdd_root, tmp_path):
+    """SONEX on the continual objective: 2 gloo processes (each with half of every class-balanced batch) train
+    exactly as 1 process on the same global batches: the contrastive term and the constraints' class means are
+    taken over the global batch, with the old model's scores computed by each rank on its own images."""
+    import shutil
+
+    from test_constrained import assert_same, launch, load_runner
+
+    root, _ = bdd_root
+    data = tmp_path / "data"
+    shutil.copytree(root, data)
+    shutil.copytree(clip_dir, data / "clip")
+    runner = load_runner()
+    (tmp_path / "one").mkdir()
+    runner.run("continual", 1, 6, str(tmp_path / "one"), data=str(data))
+    one = torch.load(tmp_path / "one" / "rank0.pt", weights_only=False)
+    two = launch(["--algo", "continual", "--max-steps", "6", "--data", str(data)], tmp_path / "two")
+    assert one["step"] == two[0]["step"] == 6
+    assert_same(two[0], two[1], exact=True)
+    assert_same(one, two[0])
+    state = one["module"]["state.value"]
+    assert torch.isfinite(state).all() and (state != 0).any()  # every constraint tracked, not all on the bound
+    moved = [k for k, v in one["module"].items() if k.startswith("model.") and v.is_floating_point()]
+    assert moved
+    for step, (_, _, indices) in one["trace"].items():
+        assert sorted(two[0]["trace"][step][2] + two[1]["trace"][step][2]) == sorted(indices)

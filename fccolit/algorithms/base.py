@@ -216,7 +216,8 @@ class FCCOModule(LightningModule):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], bool]:
         """Scores and batch the objective sees: the global batch (gathered with gradient) when it needs one."""
         if self.objective.needs_global_batch and distributed.is_distributed():
-            fields = self.objective.batch_fields + (("task",) if "task" in batch else ())
+            batch = self.objective.local_fields(batch)
+            fields = tuple(k for k in self.objective.batch_fields + ("task",) if k in batch)
             if _packable(scores, [batch[k] for k in fields]):
                 return (*_gather_packed(scores, {k: batch[k] for k in fields}), True)
             gathered = {k: distributed.all_gather_equal(batch[k]) for k in fields}

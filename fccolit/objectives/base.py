@@ -46,7 +46,8 @@ class FCCOObjective(nn.Module):
         needs_global_batch: the inner estimate of a row uses other rows' samples (e.g. AP: every sample of the
             batch competes with every positive), so under DDP the scores are all-gathered with gradient and
             every rank evaluates the objective on the global batch.
-        batch_fields: the batch fields ``inner`` reads (gathered across ranks when ``needs_global_batch``).
+        batch_fields: the batch fields ``inner`` reads (those present are gathered across ranks when
+            ``needs_global_batch``; :meth:`local_fields` may add fields computed from this rank's inputs first).
         default_metrics: metric names logged at validation and test when the module is not told otherwise.
         multi_task: the objective takes multi-task batches: a ``task`` field ``[B]`` (gathered with
             ``batch_fields``), each position's score for its task, and inner sets restricted to one task.
@@ -62,6 +63,12 @@ class FCCOObjective(nn.Module):
 
     def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
         raise NotImplementedError
+
+    def local_fields(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Under DDP with ``needs_global_batch``: ``batch`` plus fields ``[B, ...]`` the objective computes from this
+        rank's inputs before the global batch is gathered (e.g. a frozen model's scores of the images, which are not
+        gathered themselves). Default: ``batch`` unchanged."""
+        return batch
 
     def outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
         """``f_i(u_i)`` for each row: ``u`` is ``[B1, d']``, returns ``[B1]``."""

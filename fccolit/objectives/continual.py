@@ -66,6 +66,9 @@ class ContinualLearning(ConstrainedObjective):
     batch has it (BDD100K with ``target`` set), else ``y`` (BDD100K's classification task, ``target`` unset).
     Samples of classes neither target nor protected only serve as contrast negatives.
 
+    Under DDP every rank evaluates both terms on the global batch (the scores, labels and each rank's old-model
+    scores are all-gathered), so 2 processes train exactly as 1 process on the same global batches (tested).
+
     Args:
         target: the target class (column of ``scores``), e.g. 5 = foggy in BDD100K's weather classes.
         protected: the constrained classes (None: every class of ``sizes["num_classes"]`` but the target).
@@ -77,7 +80,11 @@ class ContinualLearning(ConstrainedObjective):
         class_names: names of the classes (for :meth:`constraint_names`).
     """
 
-    batch_fields: ClassVar[tuple[str, ...]] = ("y",)
+    # Under DDP every rank evaluates the objective on the global batch (the contrast sets and each constraint's class
+    # mean span all ranks' samples, as in one process): the scores, the labels and the old model's scores (computed on
+    # each rank's own images, which are not gathered) are all-gathered.
+    needs_global_batch: ClassVar[bool] = True
+    batch_fields: ClassVar[tuple[str, ...]] = ("y", "label", "old_scores")
     default_metrics: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
@@ -181,6 +188,8 @@ class ContinualLearning(ConstrainedObjective):
                 "ContinualLearning has no old model yet: the algorithm module binds it (every FCCOModule calls "
                 "bind_model(model) when built); standalone, call objective.bind_model(model)"
             )
+        if "old_scores" in batch:  # computed before the global batch was gathered (local_fields)
+            return batch["old_scores"]
         x = batch["x"]
         version = None if x.is_inference() else x._version  # inference tensors (evaluation) cannot change in place
         memo = self._memo
@@ -190,6 +199,10 @@ class ContinualLearning(ConstrainedObjective):
             scores = self.old_model(x)
         self._memo = (x, version, scores)
         return scores
+
+    def local_fields(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The batch plus ``old_scores`` ``[B, C]`` of this rank's images (gathered with the scores under DDP)."""
+        return {**batch, "old_scores": self.old_scores(batch)}
 
     def sample_losses(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """``ℓ(x, c) = CE(s(x)/τ, c)`` of every sample, ``[B]``."""
