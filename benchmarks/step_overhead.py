@@ -49,7 +49,7 @@ ALGORITHMS = {
              "the AP surrogate's P × B pairs (64 × 256) and the per-index state update"),
     "PAUCRange inner": ("PAUCRange inner step", "BCE, SGD",
                         "the proximal term ‖w − w_k‖²/(2μ) over every parameter and the running average of the "
-                        "iterates (a copy of all parameters per step): work in proportion to the parameters"),
+                        "iterates (one more parameter-sized pass per step): work in proportion to the parameters"),
     "SONEX": ("SONEX GDRO-CVaR", "BCE, Adam, 8 groups × 32",
               "the MSVR correction γ'(ĝ(w_t) − ĝ(w_{t−1})): one more (no-grad) forward pass of the batch, at "
               "w_{t−1}, plus what the γ'=0 row has"),
