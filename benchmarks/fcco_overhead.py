@@ -90,13 +90,7 @@ def cases(quick: bool, work: Path, hidden: list[int] | None = None):
     neumf = lambda: NeuMF(embedding_dim=64, layers=[64], dropout=0.0)  # noqa: E731
     adaptive = lambda p: AdaptiveMomentum(p, lr=1e-3)  # noqa: E731
     sgd = lambda p: torch.optim.SGD(p, lr=0.1)  # noqa: E731  (PAUCRange sets its own lr every step)
-    sup = lambda opt, model=lambda: MLP(hidden=hidden): (  # noqa: E731
-        lambda d: Supervised(model(), optimizer=opt, data_sizes=d.sizes))
-    # the deep models of the papers' image experiments: ResNet-20 on 3 × 32 × 32 inputs (CIFAR-10-LT), batches of
-    # 32 positives + 32 others (seed 003's deep pAUC runs: batch 32 per sampler)
-    images = lambda: SyntheticBinaryDataModule(num_samples=4_000, num_features=3 * 32 * 32,  # noqa: E731
-                                               pos_fraction=0.05, batch_size=64, num_positives=32, seed=0)
-    resnet = lambda: nn.Sequential(nn.Unflatten(1, (3, 32, 32)), ResNet20(num_outputs=1))  # noqa: E731
+    sup = lambda opt: lambda d: Supervised(MLP(hidden=hidden), optimizer=opt, data_sizes=d.sizes)  # noqa: E731
     return {
         "SONG (NeuMF, 64 users × (10 + 300), vs listwise CE)": (
             ranking, lambda d: ListwiseCE(neumf(), optimizer=adam, data_sizes=d.sizes),
@@ -119,13 +113,32 @@ def cases(quick: bool, work: Path, hidden: list[int] | None = None):
             binary, sup(sgd),
             lambda d: PAUCRange(MLP(hidden=hidden), PartialAUCRange(0.05, 0.5), inner_steps=10_000,
                                 data_sizes=d.sizes)),
+    }
+
+
+def deep_cases() -> dict[str, tuple]:
+    """The papers' deep model for image data, as :func:`cases`: ResNet-20 on 3 × 32 × 32 inputs (CIFAR-10-LT), batches
+    of 32 positives + 32 others (seed 003's deep pAUC runs: batch 32 per sampler). A step takes a quarter of a second
+    on one CPU thread, so these rows run on fewer batches (:func:`deep_steps`)."""
+    images = lambda: SyntheticBinaryDataModule(num_samples=4_000, num_features=3 * 32 * 32,  # noqa: E731
+                                               pos_fraction=0.05, batch_size=64, num_positives=32, seed=0)
+    resnet = lambda: nn.Sequential(nn.Unflatten(1, (3, 32, 32)), ResNet20(num_outputs=1))  # noqa: E731
+    adaptive = lambda p: AdaptiveMomentum(p, lr=1e-3)  # noqa: E731
+    sgd = lambda p: torch.optim.SGD(p, lr=0.1)  # noqa: E731
+    sup = lambda opt: lambda d: Supervised(resnet(), optimizer=opt, data_sizes=d.sizes)  # noqa: E731
+    return {
         "ResNet-20 (3 × 32 × 32 images, B = 32 positives + 32 others): ADAP vs BCE": (
-            images, sup(adaptive, resnet),
+            images, sup(adaptive),
             lambda d: ADAP(resnet(), AveragePrecision(project=True), optimizer=adaptive, data_sizes=d.sizes)),
         "↳ ResNet-20 (same): PAUCRange inner step vs BCE": (
-            images, sup(sgd, resnet),
+            images, sup(sgd),
             lambda d: PAUCRange(resnet(), PartialAUCRange(0.05, 0.5), inner_steps=10_000, data_sizes=d.sizes)),
     }
+
+
+def deep_steps(steps: int) -> int:
+    """Paired batches of the :func:`deep_cases` rows for ``steps`` of the others."""
+    return max(24, steps * 3 // 8)
 
 
 def trainer(devices: int, max_steps: int, callbacks: list | None = None, paired: bool = False) -> Trainer:
@@ -153,12 +166,12 @@ def run(quick: bool, devices: int, steps: int, work: Path,
         only: list[str] | None = None) -> dict[str, tuple[float, float, float]]:
     """case → (plain ms, FCCO ms, ratio of the medians)."""
     out = {}
-    for name, (make_data, plain, fcco) in cases(quick, work).items():
+    every = [(name, case, steps) for name, case in cases(quick, work).items()]
+    every += [(name, case, deep_steps(steps)) for name, case in deep_cases().items()]
+    for name, (make_data, plain, fcco), batches in every:
         if only and not any(o in name for o in only):
             continue
-        # the ResNet-20 steps take a quarter of a second on one CPU thread: fewer batches keep --quick short
-        plain_t, fcco_t = paired_times(plain, fcco, make_data(), steps if "ResNet" not in name else max(24, steps * 3 // 8),
-                                       devices)
+        plain_t, fcco_t = paired_times(plain, fcco, make_data(), batches, devices)
         p, f = statistics.median(plain_t), statistics.median(fcco_t)
         if devices > 1:  # the slower rank sets the pace: the largest median over ranks
             both = torch.tensor([p, f], dtype=torch.float64)
@@ -180,7 +193,7 @@ def report(single: dict, ddp: dict | None, command: str, steps: int, threads: in
         "`on_train_batch_start` / `_end` hooks) under a Lightning Trainer: state update, all-gather under DDP and "
         "logging included, data loading excluded. Plain = the same model, batch, optimizer and DataModule with BCE "
         "(classification) or listwise cross-entropy (ranking). Plain and FCCO steps alternate call by call on the "
-        f"same {steps} batches of one fit ({max(24, steps * 3 // 8)} for the ResNet-20 rows; `timing.PairedSteps`, "
+        f"same {steps} batches of one fit ({deep_steps(steps)} for the ResNet-20 rows; `timing.PairedSteps`, "
         "first 3 dropped), medians per side. DDP × 2: 2 CPU "
         "processes (gloo, 1 thread each), each module in its own `DistributedDataParallel` "
         "(`timing.PairedDDPStrategy`), the slower rank's median. Target ≤ 1.05.",

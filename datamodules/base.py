@@ -8,7 +8,7 @@ from typing import Any
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
-from fccolit.data import identity_collate
+from fccolit.data import TensorDictDataset, identity_collate
 from fccolit.samplers import RankAwareBatchSampler, SequentialShardSampler
 
 
@@ -42,6 +42,13 @@ class FCCODataModule(LightningDataModule):
     # ------------------------------------------------------------------ to implement
     def build_train_sampler(self) -> RankAwareBatchSampler:
         raise NotImplementedError
+
+    def set_datasets(self, splits: dict[str, dict[str, Any]]) -> None:
+        """``train_dataset`` / ``val_dataset`` / ``test_dataset`` as :class:`~fccolit.data.TensorDictDataset` of the
+        batch fields of each split (``splits["train"]`` etc.: field name → ``[N_s, ...]``), the usual ``setup``."""
+        self.train_dataset = TensorDictDataset(**splits["train"])
+        self.val_dataset = TensorDictDataset(**splits["val"])
+        self.test_dataset = TensorDictDataset(**splits["test"])
 
     # ------------------------------------------------------------------ loaders
     def _loader(self, dataset: Dataset | None, batch_sampler: Any, stage: str) -> DataLoader:

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from fccolit.data import TensorDictDataset, binary_fields, binary_sizes
+from fccolit.data import binary_fields, binary_sizes
 from fccolit.samplers.base import RankAwareBatchSampler
 from fccolit.samplers.group import GroupBatchSampler
 
@@ -56,9 +56,7 @@ class GroupedDataModule(FCCODataModule):
         self._splits: dict[str, dict[str, torch.Tensor]] = {}
 
     def setup(self, stage: str | None = None) -> None:
-        self.train_dataset = TensorDictDataset(**self._splits["train"])
-        self.val_dataset = TensorDictDataset(**self._splits["val"])
-        self.test_dataset = TensorDictDataset(**self._splits["test"])
+        self.set_datasets(self._splits)
 
     def build_train_sampler(self) -> RankAwareBatchSampler:
         if not self._splits:

@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from fccolit.data import TensorDictDataset, binary_fields, binary_sizes
+from fccolit.data import binary_fields, binary_sizes
 from fccolit.io.cache import CACHE_DIRNAME, cache_key, cached_arrays, default_cache_dir
 from fccolit.io.libsvm import parse_libsvm
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
@@ -275,9 +275,7 @@ class LibSVMDataModule(FCCODataModule):
     def setup(self, stage: str | None = None) -> None:
         if self._splits is None:
             self._splits = {s: self._fields(self._arrays[f"x_{s}"], self._arrays[f"y_{s}"]) for s in _SPLITS}
-        self.train_dataset = TensorDictDataset(**self._splits["train"])
-        self.val_dataset = TensorDictDataset(**self._splits["val"])
-        self.test_dataset = TensorDictDataset(**self._splits["test"])
+        self.set_datasets(self._splits)
 
     def build_train_sampler(self) -> RankAwareBatchSampler:
         if self._splits is None:

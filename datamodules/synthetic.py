@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fccolit.data import TensorDictDataset, binary_fields, binary_sizes
+from fccolit.data import binary_fields, binary_sizes, random_splits
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
 
@@ -73,16 +73,12 @@ class SyntheticBinaryDataModule(FCCODataModule):
             raise ValueError("val_fraction + test_fraction must leave data for training")
         self.batch_size, self.num_positives, self.seed = batch_size, num_positives, seed
         x, y = make_imbalanced_binary(num_samples, num_features, pos_fraction, noise, seed)
-        perm = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + 1))
-        n_val, n_test = round(val_fraction * num_samples), round(test_fraction * num_samples)
-        parts = {"val": perm[:n_val], "test": perm[n_val : n_val + n_test], "train": perm[n_val + n_test :]}
+        parts = random_splits(num_samples, val_fraction, test_fraction, seed + 1)
         self._splits = {name: binary_fields(x[idx], y[idx]) for name, idx in parts.items()}
         self.sizes = binary_sizes(self._splits["train"])
 
     def setup(self, stage: str | None = None) -> None:
-        self.train_dataset = TensorDictDataset(**self._splits["train"])
-        self.val_dataset = TensorDictDataset(**self._splits["val"])
-        self.test_dataset = TensorDictDataset(**self._splits["test"])
+        self.set_datasets(self._splits)
 
     def build_train_sampler(self) -> RankAwareBatchSampler:
         return DualSampler(self._splits["train"]["y"], self.batch_size, self.num_positives, seed=self.seed)
@@ -142,18 +138,14 @@ class SyntheticMultiLabelDataModule(FCCODataModule):
         x = torch.randn(num_samples, num_features, generator=g)
         labels = torch.stack([imbalanced_labels(x, pos_fraction, noise, g) for _ in range(num_tasks)], dim=1)
         labels[torch.rand(labels.shape, generator=g) < unlabeled_fraction] = -1
-        perm = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + 1))
-        n_val, n_test = round(val_fraction * num_samples), round(test_fraction * num_samples)
-        parts = {"val": perm[:n_val], "test": perm[n_val : n_val + n_test], "train": perm[n_val + n_test :]}
+        parts = random_splits(num_samples, val_fraction, test_fraction, seed + 1)
         self._splits = {name: {"x": x[idx], "y": labels[idx], "index": torch.arange(len(idx))} for name, idx in parts.items()}
         self.sizes = {**multilabel_sizes(self._splits["train"]["y"]), "num_features": num_features}
         self.task_names = [f"task{t}" for t in range(num_tasks)]
 
     def setup(self, stage: str | None = None) -> None:
-        train = TensorDictDataset(**self._splits["train"])
-        self.train_dataset = MultiLabelPairDataset(train, self._splits["train"]["y"])
-        self.val_dataset = TensorDictDataset(**self._splits["val"])
-        self.test_dataset = TensorDictDataset(**self._splits["test"])
+        self.set_datasets(self._splits)
+        self.train_dataset = MultiLabelPairDataset(self.train_dataset, self._splits["train"]["y"])
 
     def build_train_sampler(self) -> RankAwareBatchSampler:
         block = self.batch_size // self.tasks_per_batch

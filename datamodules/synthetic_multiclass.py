@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fccolit.data import TensorDictDataset
+from fccolit.data import random_splits
 from fccolit.samplers import RankAwareBatchSampler
 from fccolit.samplers.uniform import UniformBatchSampler
 
@@ -77,9 +77,7 @@ class SyntheticMulticlassDataModule(FCCODataModule):
             raise ValueError("val_fraction and test_fraction must be in [0, 1) and leave data for training")
         self.batch_size, self.num_batches, self.seed = batch_size, num_batches, seed
         x, y = make_multiclass(num_samples, num_features, num_classes, num_informative, class_sep, seed)
-        perm = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + 1))
-        n_val, n_test = round(val_fraction * num_samples), round(test_fraction * num_samples)
-        parts = {"val": perm[:n_val], "test": perm[n_val : n_val + n_test], "train": perm[n_val + n_test :]}
+        parts = random_splits(num_samples, val_fraction, test_fraction, seed + 1)
         self._splits = {
             name: {"x": x[idx], "y": y[idx], "index": torch.arange(idx.numel())} for name, idx in parts.items()
         }
@@ -91,9 +89,7 @@ class SyntheticMulticlassDataModule(FCCODataModule):
             raise ValueError(f"batch_size ({batch_size}) exceeds the training split ({self.sizes['num_samples']} rows)")
 
     def setup(self, stage: str | None = None) -> None:
-        self.train_dataset = TensorDictDataset(**self._splits["train"])
-        self.val_dataset = TensorDictDataset(**self._splits["val"])
-        self.test_dataset = TensorDictDataset(**self._splits["test"])
+        self.set_datasets(self._splits)
 
     def build_train_sampler(self) -> RankAwareBatchSampler:
         return UniformBatchSampler(

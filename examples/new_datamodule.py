@@ -5,9 +5,9 @@ What fccolit needs from a DataModule:
 
 * ``sizes`` filled in ``__init__`` (the CLI links them to the model: state rows, input width) — here from
   :func:`fccolit.data.binary_sizes`;
-* ``setup`` creating ``train_dataset`` / ``val_dataset`` / ``test_dataset``: a :class:`~fccolit.data.TensorDictDataset`
-  of :func:`~fccolit.data.binary_fields` gives the batch fields the binary objectives read (``x``, ``y``, ``index``,
-  ``pos_index``, ``neg_index``);
+* ``setup`` creating ``train_dataset`` / ``val_dataset`` / ``test_dataset``: ``set_datasets`` makes them from each
+  split's :func:`~fccolit.data.binary_fields`, the batch fields the binary objectives read (``x``, ``y``, ``index``,
+  ``pos_index``, ``neg_index``); :func:`~fccolit.data.random_splits` draws a seeded train / validation / test split;
 * ``build_train_sampler`` returning a rank-aware sampler: :class:`~fccolit.samplers.DualSampler` puts a fixed number
   of positives in every batch, and makes the run resumable mid-epoch and exact under DDP. Evaluation loaders,
   checkpointing of the stream position and DDP slicing come from the base class.
@@ -28,7 +28,7 @@ import torch
 from lightning.pytorch import Trainer
 
 from fccolit.algorithms import SOX
-from fccolit.data import TensorDictDataset, binary_fields, binary_sizes
+from fccolit.data import binary_fields, binary_sizes, random_splits
 from fccolit.datamodules import FCCODataModule
 from fccolit.models import MLP
 from fccolit.objectives import AveragePrecision
@@ -60,17 +60,13 @@ class CSVBinaryDataModule(FCCODataModule):
         features = [c for c in rows[0] if c != label_column]
         x = torch.tensor([[float(r[c]) for c in features] for r in rows], dtype=torch.float32)  # [N, D]
         y = torch.tensor([int(r[label_column]) for r in rows])                                # [N]
-        order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
-        n_val, n_test = round(val_fraction * len(y)), round(test_fraction * len(y))
-        parts = {"val": order[:n_val], "test": order[n_val:n_val + n_test], "train": order[n_val + n_test:]}
+        parts = random_splits(len(y), val_fraction, test_fraction, seed)  # row indices of each split
         self._splits = {split: binary_fields(x[rows_], y[rows_]) for split, rows_ in parts.items()}
         self.sizes = binary_sizes(self._splits["train"])  # num_samples, num_positives, num_negatives, num_features
         self.batch_size, self.num_positives, self.seed = batch_size, num_positives, seed
 
     def setup(self, stage: str | None = None) -> None:
-        self.train_dataset = TensorDictDataset(**self._splits["train"])
-        self.val_dataset = TensorDictDataset(**self._splits["val"])
-        self.test_dataset = TensorDictDataset(**self._splits["test"])
+        self.set_datasets(self._splits)
 
     def build_train_sampler(self) -> RankAwareBatchSampler:
         return DualSampler(self._splits["train"]["y"], self.batch_size, self.num_positives, seed=self.seed)

@@ -33,6 +33,17 @@ class TensorDictDataset(Dataset):
         return {k: v.index_select(0, idx) for k, v in self.fields.items()}
 
 
+def random_splits(num_rows: int, val_fraction: float, test_fraction: float, seed: int) -> dict[str, torch.Tensor]:
+    """Row indices of a seeded random train / validation / test split: ``{"train", "val", "test"}`` → ``[N_s]`` long.
+
+    One permutation of ``num_rows`` (``torch.randperm`` seeded with ``seed``): the first ``round(val_fraction · N)``
+    rows are the validation split, the next ``round(test_fraction · N)`` the test split, the rest training.
+    """
+    order = torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed))
+    n_val, n_test = round(val_fraction * num_rows), round(test_fraction * num_rows)
+    return {"val": order[:n_val], "test": order[n_val : n_val + n_test], "train": order[n_val + n_test :]}
+
+
 def identity_collate(batch):
     """The batch is already collated by ``__getitems__``."""
     return batch

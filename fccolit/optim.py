@@ -92,6 +92,15 @@ def _grad_of(p: torch.Tensor, optimizer_name: str) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------------
 # Momentum
 # --------------------------------------------------------------------------------------------------
+
+def _evaluate(closure: Optional[Callable[[], Any]]) -> Any:
+    """The loss of an optimizer ``step(closure)``: the closure re-evaluates the model with gradients on (None: no
+    closure)."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
 class Momentum(Optimizer):
     r"""Moving-average (heavy-ball) momentum in the papers' convention.
 
@@ -158,10 +167,7 @@ class Momentum(Optimizer):
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """Take one update. ``closure`` (optional) re-evaluates the model and returns the loss."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _evaluate(closure)
 
         for group in self.param_groups:
             self._validate_group(group)  # schedulers may have changed the hyper-parameters
@@ -337,10 +343,7 @@ class AdaptiveMomentum(Optimizer):
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """Take one update. ``closure`` (optional) re-evaluates the model and returns the loss."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _evaluate(closure)
 
         for group in self.param_groups:
             self._validate_group(group)  # schedulers may have changed the hyper-parameters
@@ -479,10 +482,7 @@ class LazyAdam(Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _evaluate(closure)
         for group in self.param_groups:
             lr, (beta1, beta2), eps = _lr_value(group["lr"]), group["betas"], group["eps"]
             for p in group["params"]:
