@@ -89,7 +89,7 @@ def test_constraints_and_contrastive_objective_equal_a_direct_computation(clip_d
     perturb(model, seed=1)  # the new model moves away from w_old
     labels = torch.tensor([0, 0, 1, 2, 2, 2, 3, 4, 4, 5, 5, 5, 1, 3])
     x = torch.randn(labels.numel(), 3, 32, 32, dtype=torch.float64)
-    batch = {"x": x, "y": labels}
+    batch = {"x": x, "y": labels, "index": torch.arange(100, 100 + labels.numel())}
     scores = model(x)
     sums, counts = objective.constraint_statistics(scores, batch)
     assert sums.shape == counts.shape == (5, 1)
@@ -104,26 +104,35 @@ def test_constraints_and_contrastive_objective_equal_a_direct_computation(clip_d
     assert inner.index.tolist() == [0, 1, 2, 3, 4]
     torch.testing.assert_close(inner.value, sums / counts)
 
-    # the two-way contrastive loss of the target images (foggy: 9, 10, 11) against the other samples, by loops
+    # the two-way global contrastive loss of the target images (foggy: 9, 10, 11) against the other samples, by
+    # loops: −τ log of the positive over the mean of the contrast set (the anchor and the others), both ways
     z = scores.detach() / TAU
     anchors = [i for i in range(len(labels)) if labels[i] == FOGGY]
     others = [j for j in range(len(labels)) if labels[j] != FOGGY]
-    total = 0.0
+    total, means = 0.0, []
     for i in anchors:
         positive = math.exp(z[i, FOGGY])
-        to_texts = positive + sum(math.exp(z[i, labels[j]]) for j in others)
-        to_images = positive + sum(math.exp(z[j, FOGGY]) for j in others)
+        to_texts = (positive + sum(math.exp(z[i, labels[j]]) for j in others)) / (1 + len(others))
+        to_images = (positive + sum(math.exp(z[j, FOGGY]) for j in others)) / (1 + len(others))
         total += -TAU * math.log(positive / to_texts) - TAU * math.log(positive / to_images)
+        means.append([to_texts / positive, to_images / positive])
     direct = objective.direct(scores, batch)
     assert math.isclose(float(direct), total / len(anchors), rel_tol=1e-10)
+    tracked = objective.direct_inner(scores, batch)  # the inner means SONEX tracks, one row per target image
+    assert tracked.index.tolist() == [100 + i for i in anchors]
+    torch.testing.assert_close(tracked.value.detach(), torch.tensor(means, dtype=torch.float64), rtol=1e-10, atol=0)
+    assert objective.direct_num_rows({"num_samples": 30}) == 30
+    with pytest.raises(ValueError, match="'index'"):
+        objective.direct_inner(scores, {"x": x, "y": labels})
 
     # gradients reach the new model only
     (direct + sums.sum()).backward()
     assert model.clip.vision_model.embeddings.patch_embedding.weight.grad.abs().sum() > 0
     assert model.clip.text_model.embeddings.token_embedding.weight.grad.abs().sum() > 0
     assert all(p.grad is None and not p.requires_grad for p in objective.old_model.parameters())
-    # no target image or no contrast sample: a zero that keeps the graph
-    assert float(objective.direct(scores[:4], {"x": x[:4], "y": labels[:4]})) == 0.0
+    # no target image, or no contrast sample: a zero that keeps the graph
+    assert float(objective.direct(scores[:4], {"x": x[:4], "y": labels[:4], "index": batch["index"][:4]})) == 0.0
+    assert float(objective.direct(scores[9:12], {"x": x[9:12], "y": labels[9:12], "index": batch["index"][9:12]})) == 0.0
     with pytest.raises(ValueError, match="protected classes must be distinct"):
         ContinualLearning(target=FOGGY, protected=[0, FOGGY])
     with pytest.raises(ValueError, match="scores \\[B, C\\]"):
@@ -157,6 +166,81 @@ def test_at_the_start_every_constraint_is_exactly_on_its_bound(clip_dir, bdd_roo
     slack.bind_model(module.model)
     sums, counts = slack.constraint_statistics(module(batch), batch)
     torch.testing.assert_close(sums / counts, torch.full((5, 1), -0.25, dtype=torch.float64), rtol=0, atol=1e-15)
+
+
+def _contrastive_batch(seed, labels, index):
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.tensor(labels)
+    return {"x": torch.randn(labels.numel(), 3, 32, 32, generator=g, dtype=torch.float64), "y": labels,
+            "index": torch.tensor(index)}
+
+
+def _constraint_term(module, scores, batch):
+    """SONEX's constraint part of the surrogate, from its (already updated) state."""
+    inner = module.objective.inner(scores, batch)
+    u = module.state.values().index_select(0, inner.index)
+    return (module.outer_weight(u, inner.context) * inner.value).sum(-1).mean()
+
+
+def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
+    """The paper's modified SONEX (F.3): the global contrastive loss's inner means get their own per-image state,
+    updated by the same MSVR rule as the constraints (γ, γ' with the batch at w_{t−1}), and the step's estimator
+    weighs ∇ĝ_{0,a} by ∇f_0(u_{0,a}) = τ/u; with γ = 1, γ' = 0 (exact state) it is the gradient of the plug-in."""
+    gamma, gamma_prime = 0.8, 0.1
+    sizes = {"num_samples": 20, "num_classes": 6, "num_outputs": 6}
+    torch.manual_seed(0)
+    module = SONEX(tiny_clip(clip_dir), ContinualLearning(target=FOGGY), data_sizes=sizes, lam=0.001,
+                   ema_weight=gamma, correction_weight=gamma_prime, state_dtype="float64").double()
+    objective = module.objective
+    assert module.direct_state.num_rows == 20 and module.direct_state.dim == 2
+    perturb(module.model, seed=1)  # away from w_old, so the constraints are not all on their bound
+    b1 = _contrastive_batch(1, [0, 1, 5, 2, 3, 4, 5, 1], [0, 1, 3, 4, 5, 6, 7, 8])  # target images: rows 3 and 7
+    b2 = _contrastive_batch(2, [5, 0, 2, 5, 3, 4, 1], [3, 9, 10, 11, 12, 13, 14])  # rows 3 (again) and 11 (new)
+
+    w0 = copy.deepcopy(module.model)
+    module.compositional_loss(module(b1), b1)
+    first = objective.direct_inner(w0(b1["x"]), b1)
+    torch.testing.assert_close(module.direct_state.values()[[3, 7]], first.value.detach(), rtol=1e-12, atol=0)
+    untouched = torch.ones(20, dtype=torch.bool)
+    untouched[[3, 7]] = False
+    assert torch.isnan(module.direct_state.values()[untouched]).all()  # only the batch's target images are touched
+
+    perturb(module.model, seed=2)  # w1 (as an optimizer step would)
+    scores = module(b2)
+    loss, estimate = module.compositional_loss(scores, b2)
+    now = objective.direct_inner(module.model(b2["x"]), b2).value.detach()  # rows 3, 11 at w1
+    before = objective.direct_inner(w0(b2["x"]), b2).value.detach()  # the same batch at w0 = w_{t−1}
+    expected = torch.stack([
+        (1 - gamma) * first.value.detach()[0] + gamma * now[0] + gamma_prime * (now[0] - before[0]),
+        now[1],  # first visit: u := ĝ
+    ])
+    u = module.direct_state.values()[[3, 11]]
+    torch.testing.assert_close(u, expected, rtol=1e-12, atol=0)
+    assert not torch.allclose(u[0], now[0])  # the MSVR average differs from the fresh value
+
+    # the estimator: mean_a ⟨τ/u_a, ∇ĝ_{0,a}⟩ plus the constraints' part; the logged value adds mean_a f_0(u_a)
+    g = objective.direct_inner(scores, b2).value
+    reference = (TAU / expected * g).sum(-1).mean() + _constraint_term(module, scores, b2)
+    params = [p for _, p in module.trainable()]
+    for got, want in zip(torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True),
+                         torch.autograd.grad(reference, params, allow_unused=True)):
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-14)
+    constraints = objective.outer(module.state.values(), {})
+    torch.testing.assert_close(estimate, constraints + TAU * torch.log(expected).sum(-1).mean(), rtol=1e-12, atol=0)
+
+    # exact state (γ = 1, γ' = 0): the step is the gradient of the plug-in objective, direct() + constraints
+    exact = SONEX(copy.deepcopy(module.model), ContinualLearning(target=FOGGY), data_sizes=sizes, lam=0.001,
+                  ema_weight=1.0, correction_weight=0.0, state_dtype="float64").double()
+    scores = exact(b2)
+    loss, _ = exact.compositional_loss(scores, b2)
+    truth = exact.objective.direct(scores, b2) + _constraint_term(exact, scores, b2)
+    params = [p for _, p in exact.trainable()]
+    for got, want in zip(torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True),
+                         torch.autograd.grad(truth, params, allow_unused=True)):
+        assert (got is None) == (want is None)
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-14)
 
 
 @pytest.mark.slow
@@ -277,6 +361,8 @@ def test_two_processes_equal_one_process(clip_dir, bdd_root, tmp_path):
     assert_same(one, two[0])
     state = one["module"]["state.value"]
     assert torch.isfinite(state).all() and (state != 0).any()  # every constraint tracked, not all on the bound
+    tracked = one["module"]["direct_state.value"]  # the contrastive means of the target images seen, on both sides
+    assert torch.isfinite(tracked).any()  # (assert_same compared it across the runs, NaN rows included)
     moved = [k for k, v in one["module"].items() if k.startswith("model.") and v.is_floating_point()]
     assert moved
     for step, (_, _, indices) in one["trace"].items():

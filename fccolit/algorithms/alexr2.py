@@ -200,7 +200,8 @@ class ALEXR2(NonsmoothFCCOModule):
             values = self.objective.inner(scores, obj_batch)
             correction = None
             if self.extrapolation != 0.0 and int(self.inner_step) > 0:  # z_{−1} = z_0: no correction at k = 0
-                correction = self.inner_at(self.inner_previous, batch, obj_batch, synced).value
+                previous_scores = self.scores_at(self.inner_previous, batch, synced)
+                correction = self.inner_at(self.inner_previous, previous_scores, obj_batch).value
         values, correction = self.sample_constraints(values, correction)
         record = self.state.update(
             values.index, values.value, ema_weight=self.ema_weight, correction=correction,

@@ -26,6 +26,7 @@ from fccolit import distributed
 from fccolit.algorithms.base import FCCOModule
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.nonsmooth import CompositeObjective
+from fccolit.state import IndexedState
 
 __all__ = ["ParameterSnapshot", "NonsmoothFCCOModule", "SONEX", "SONX", "PenaltySOX", "theoretical_correction_weight"]
 
@@ -138,14 +139,9 @@ class NonsmoothFCCOModule(FCCOModule):
     def snapshot(self) -> ParameterSnapshot:
         return ParameterSnapshot(self.trainable())
 
-    def inner_at(
-        self,
-        snapshot: ParameterSnapshot,
-        batch: dict[str, torch.Tensor],
-        obj_batch: dict[str, torch.Tensor],
-        synced: bool,
-    ) -> InnerBatch:
-        """The inner values of ``batch`` at the parameters in ``snapshot`` (no gradient, the live ones untouched).
+    def scores_at(self, snapshot: ParameterSnapshot, batch: dict[str, torch.Tensor], synced: bool) -> torch.Tensor:
+        """The model's scores of ``batch`` at the parameters in ``snapshot`` (no gradient, the live ones untouched),
+        gathered like :meth:`objective_inputs` gathers them when the objective sees the global batch (``synced``).
 
         The forward runs through ``torch.func.functional_call``; the model's buffers (e.g. BatchNorm statistics)
         are passed as copies so this extra pass does not update them.
@@ -154,8 +150,15 @@ class NonsmoothFCCOModule(FCCOModule):
             params = snapshot.as_dict()
             buffers = {f"model.{n}": b.clone() for n, b in self.model.named_buffers()}
             scores = functional_call(self, {**params, **buffers}, (batch,), strict=False)
-            if synced:  # the objective sees the global batch: gather the scores like objective_inputs does
-                scores = distributed.all_gather_equal(scores)
+            return distributed.all_gather_equal(scores) if synced else scores
+
+    def inner_at(
+        self, snapshot: ParameterSnapshot, scores: torch.Tensor, obj_batch: dict[str, torch.Tensor]
+    ) -> InnerBatch:
+        """The inner values of the objective's batch at the parameters in ``snapshot``, given the model's
+        ``scores`` there (:meth:`scores_at`): the objective's own parameters (e.g. the CVaR threshold) are taken
+        from the snapshot too."""
+        with torch.no_grad():
             objective_params = snapshot.as_dict("objective.")
             if not objective_params:
                 return self.objective.inner(scores, obj_batch)
@@ -237,6 +240,11 @@ class SONEX(NonsmoothFCCOModule):
     (40)) is this with a :class:`~fccolit.objectives.constrained.ConstrainedObjective` (``g_0`` = the objective,
     one row per constraint) and optionally ``constraints_per_step`` < m.
 
+    When ``g_0`` is itself an FCCO (``objective.direct_inner_dim`` > 0, e.g. the global contrastive loss of
+    :class:`~fccolit.objectives.ContinualLearning`), its inner values ``g_{0,a}`` are tracked by the same rule in a
+    second state, ``direct_state`` (u_0), and ``∇ĝ_0`` above becomes ``mean_a ∇ĝ_{0,a}(w_t) ∇f_0(u_{0,a})``: the
+    paper's "modified SONEX" (seed 004 F.3). ALEXR2 and the other modules use the plug-in ``ĝ_0`` instead.
+
     Args:
         lam: λ, outer smoothing (default 0.01: an assumption; the GDRO grid was {1, 0.1, 0.01}, the ROC-fairness
             grid {2e-2, 2e-3, 2e-4}; the theory takes λ = ε/C_f, and λ = ε/ρ for the smoothed-hinge penalty).
@@ -283,6 +291,47 @@ class SONEX(NonsmoothFCCOModule):
         super().configure_state()
         # w_{t−1}: only needed for the MSVR correction (PenaltySOX runs without it)
         self.previous = self.snapshot() if self.correction_weight != 0.0 else None
+        # u_0: the direct term's own inner values, when g_0 is itself an FCCO (CompositeObjective.direct_inner_dim)
+        self.direct_state = None
+        dim = getattr(self.objective, "direct_inner_dim", 0)
+        if dim:
+            if any(n.startswith("objective.") for n, _ in self.trainable()):
+                raise TypeError(
+                    f"{type(self).__name__}: a tracked direct term (direct_inner_dim > 0) of an objective with "
+                    f"trainable parameters is not supported ({type(self.objective).__name__})"
+                )
+            self.direct_state = IndexedState(
+                self.objective.direct_num_rows(self.data_sizes), dim, dtype=self.state_dtype, name="u_0"
+            )
+
+    def direct_estimate(
+        self, scores: torch.Tensor, obj_batch: dict[str, torch.Tensor], previous_scores: torch.Tensor | None,
+        synced: bool,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The direct term of the surrogate loss and its plug-in value (detached, for ``train/objective``).
+
+        A plain direct term is its mini-batch estimate ``ĝ_0``. A tracked one (the objective's ``direct_inner``)
+        updates ``u_0`` with this module's rule (γ, and γ' with the batch at ``previous_scores``) and contributes
+        ``mean_a ⟨∇f_0(u_{0,a}), ĝ_{0,a}⟩`` (u: as ``u_for_gradient``); its value is ``mean_a f_0(u_{0,a})`` (fresh u).
+        """
+        if self.direct_state is None:
+            direct = self.direct_term(scores, obj_batch)
+            return direct, None if direct is None else direct.detach()
+        inner = self.objective.direct_inner(scores, obj_batch)
+        correction = None
+        if previous_scores is not None:
+            correction = self.objective.direct_inner(previous_scores, obj_batch).value
+        record = self.direct_state.update(
+            inner.index, inner.value, ema_weight=self.ema_weight, correction=correction,
+            correction_weight=self.correction_weight, synced=synced,
+        )  # called even without rows: under DDP every rank takes part in the gather
+        if inner.index.numel() == 0:
+            return scores.sum() * 0.0, None
+        u = record.current if self.u_for_gradient == "fresh" else record.previous
+        weight = self.objective.direct_outer_grad(u, inner.context).detach().to(inner.value.dtype)
+        with torch.no_grad():
+            value = self.objective.direct_outer(record.current, inner.context).mean()
+        return (weight * inner.value).sum(-1).mean(), value
 
     def compositional_loss(
         self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
@@ -297,9 +346,10 @@ class SONEX(NonsmoothFCCOModule):
             self.previous.copy_from(params)  # w_{−1} = w_0
         scores, obj_batch, synced = self.objective_inputs(scores, batch)
         inner = self.objective.inner(scores, obj_batch)
-        correction = None
+        correction = previous_scores = None
         if self.previous is not None:
-            previous = self.inner_at(self.previous, batch, obj_batch, synced)
+            previous_scores = self.scores_at(self.previous, batch, synced)
+            previous = self.inner_at(self.previous, previous_scores, obj_batch)
             if not torch.equal(previous.index, inner.index):
                 raise RuntimeError(
                     f"{type(self.objective).__name__}.inner returned other outer indices at the previous parameters: "
@@ -312,12 +362,12 @@ class SONEX(NonsmoothFCCOModule):
             correction_weight=self.correction_weight, synced=synced,
         )  # called even for an empty batch: under DDP every rank takes part in the gather
         u = record.current if self.u_for_gradient == "fresh" else record.previous
-        direct = self.direct_term(scores, obj_batch)
+        direct, direct_value = self.direct_estimate(scores, obj_batch, previous_scores, synced)
         loss = self.surrogate(self.outer_weight(u, inner.context), inner, direct, scores)
         if self.previous is not None:
             self.previous.copy_from(params)  # w_t becomes the previous iterate of the next step
         self.steps_done += 1
-        return loss, self.objective_estimate(record.current, inner, direct)
+        return loss, self.objective_estimate(record.current, inner, direct_value)
 
 
 class SONX(SONEX):

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fccolit.objectives.base import InnerBatch
 from fccolit.objectives.constrained import ConstrainedObjective
 
 __all__ = ["ContinualLearning"]
@@ -32,17 +33,21 @@ class ContinualLearning(ConstrainedObjective):
     ``s_ic = E_I(x_i)ᵀ E_T(prompt_c)`` (:class:`~fccolit.models.vision.CLIPClassifier` with ``logit_scale=1.0``),
     and ``z = s/τ`` are the logits of both terms.
 
-    **Objective** ``g_0`` (paper F.3, two-way global contrastive loss, τ = 0.05): the anchors are the target-class
-    images of the batch, each paired with its class prompt ``t_i``; the contrast sets are the anchor itself plus
-    the batch's non-target samples ``N`` (their prompts ``T_i⁻``, their images ``I_i⁻``; the paper's sets "include
-    the positive", and the printed second denominator's index is corrected, seed 004 erratum 16)::
+    **Objective** ``g_0`` (paper F.3, two-way global contrastive loss, τ = 0.05): the anchors ``a`` are the target-class
+    images, each paired with its class prompt ``t_a``; the contrast set ``S_a`` is the anchor itself plus the
+    non-target samples ``N`` (their prompts ``T_a⁻``, their images ``I_a⁻``; the paper's sets "include the positive",
+    and the printed second denominator's index is corrected, seed 004 erratum 16). As an FCCO (SogCLR's form: the log
+    of a mean over the contrast set), one outer index per anchor image with two inner means (``d₀ = 2``)::
 
-        L_GCL(i) = −τ log[ e^{z_{i,t_i}} / (e^{z_{i,t_i}} + Σ_{j∈N} e^{z_{i,t_j}}) ]        (image → texts)
-                   −τ log[ e^{z_{i,t_i}} / (e^{z_{i,t_i}} + Σ_{j∈N} e^{z_{j,t_i}}) ]        (text → images)
-        ĝ_0 = mean over the batch's target images of L_GCL(i)          (0, with the graph, without anchors or N)
+        g_{0,a}(w) = ( mean_{j∈S_a} e^{z_{a,t_j} − z_{a,t_a}},  mean_{j∈S_a} e^{z_{j,t_a} − z_{a,t_a}} )   (image → texts,
+                                                                                                   text → images)
+        f_0(u)     = τ (log u₁ + log u₂),        g_0(w) = mean over the target images a of f_0(g_{0,a}(w))
 
-    This is the mini-batch estimate (direct term): the paper's "modified SONEX" also tracks the GCL's inner
-    sums with MSVR (γ_1 = 0.8, γ_1' = 0.1); here only the constraints have tracked state.
+    A batch estimates ``g_{0,a}`` over its own non-target samples, for its target images (rows = their dataset
+    ``index``). :class:`~fccolit.algorithms.sonex.SONEX` tracks these with MSVR (the paper's "modified SONEX":
+    γ_1 = 0.8, γ_1' = 0.1, the constraints' values) in a second per-index state; :meth:`direct` is the plug-in
+    ``mean_a f_0(ĝ_{0,a})``, i.e. ``−τ log[e^{z_{a,t_a}} / mean_{j∈S_a} e^{z_{a,t_j}}]`` plus the text side, averaged
+    over the batch's target images (0, with the graph, without any; an anchor without contrast samples adds 0).
 
     **Constraints** (one state row each, d' = 1): ``ℓ(w; x, c) = CE(z(x), c)``, the cross-entropy of the image over
     the task's prompts (the "logistic loss for the k-th classification task", DevSafety's zero-shot CE with logits
@@ -62,8 +67,9 @@ class ContinualLearning(ConstrainedObjective):
     SONEX's trainable parameters, gets no gradient, stays in eval mode, and its weights are in every checkpoint
     (``objective.old_model.*``), so a resumed run keeps the same ``w_old``.
 
-    Batch fields: ``x`` (the images, for the old model) and the class index of each sample: ``label`` when the
-    batch has it (BDD100K with ``target`` set), else ``y`` (BDD100K's classification task, ``target`` unset).
+    Batch fields: ``x`` (the images, for the old model), ``index`` (each sample's position in the training data: the
+    anchors' rows) and the class index of each sample: ``label`` when the batch has it (BDD100K with ``target`` set),
+    else ``y`` (BDD100K's classification task, ``target`` unset).
     Samples of classes neither target nor protected only serve as contrast negatives.
 
     Under DDP every rank evaluates both terms on the global batch (the scores, labels and each rank's old-model
@@ -84,7 +90,8 @@ class ContinualLearning(ConstrainedObjective):
     # mean span all ranks' samples, as in one process): the scores, the labels and the old model's scores (computed on
     # each rank's own images, which are not gathered) are all-gathered.
     needs_global_batch: ClassVar[bool] = True
-    batch_fields: ClassVar[tuple[str, ...]] = ("y", "label", "old_scores")
+    batch_fields: ClassVar[tuple[str, ...]] = ("y", "label", "index", "old_scores")
+    direct_inner_dim: ClassVar[int] = 2  # g_0 is a global contrastive loss: (image → texts, text → images) per anchor
     default_metrics: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
@@ -229,20 +236,40 @@ class ContinualLearning(ConstrainedObjective):
         sums = member.t() @ difference - self.slack.to(scores.dtype) * counts
         return sums.unsqueeze(-1), counts.unsqueeze(-1)
 
-    def direct(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``ĝ_0``: the mean two-way contrastive loss of the batch's target images (see the class docstring)."""
+    def direct_num_rows(self, sizes: dict[str, int]) -> int:
+        """One row per training sample (only the target class's images are ever visited)."""
+        if "num_samples" not in sizes:
+            raise ValueError(f"ContinualLearning tracks one contrastive row per training image: the sizes lack 'num_samples' ({sorted(sizes)})")
+        return int(sizes["num_samples"])
+
+    def direct_inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+        """The batch's target images (rows: their ``index``) and ``ĝ_{0,a}`` ``[A, 2]`` (class docstring)."""
+        if "index" not in batch:
+            raise ValueError(
+                "ContinualLearning: the batch has no 'index' field (each sample's position in the training data), "
+                f"which the contrastive term's rows need; it has {sorted(batch)}"
+            )
         labels = self.labels_of(batch)
         logits = scores / self.temperature
         anchor = labels == self.target
         contrast = ~anchor
-        if not bool(anchor.any()) or not bool(contrast.any()):
-            return scores.sum() * 0.0
-        positive = logits[anchor, self.target]  # z_{i,t_i}, [P]
-        to_texts = logits[anchor][:, labels[contrast]]  # z_{i,t_j}, [P, N]
-        to_images = logits[contrast, self.target].expand(positive.numel(), -1)  # z_{j,t_i}, [P, N]
-        image_side = torch.logsumexp(torch.cat([positive.unsqueeze(1), to_texts], 1), 1) - positive
-        text_side = torch.logsumexp(torch.cat([positive.unsqueeze(1), to_images], 1), 1) - positive
-        return self.temperature * (image_side + text_side).mean()
+        positive = logits[anchor, self.target].unsqueeze(1)  # z_{a,t_a}, [A, 1]
+        to_texts = logits[anchor][:, labels[contrast]]  # z_{a,t_j}, [A, N]
+        to_images = logits[contrast, self.target].unsqueeze(0)  # z_{j,t_a}, [1, N]
+        size = 1.0 + float(to_texts.shape[1])  # |S_a| = 1 + |N|: e^0 = 1 is the anchor's own term
+        value = torch.stack([
+            (1.0 + torch.exp(to_texts - positive).sum(1)) / size,
+            (1.0 + torch.exp(to_images - positive).sum(1)) / size,
+        ], dim=1)
+        return InnerBatch(index=batch["index"].reshape(-1)[anchor].long(), value=value)
+
+    def direct_outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``f_0(u) = τ (log u₁ + log u₂)``, ``[A]``."""
+        return self.temperature * torch.log(u).sum(-1)
+
+    def direct_outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``∇f_0(u) = τ / u``, ``[A, 2]``."""
+        return self.temperature / u
 
     def extra_repr(self) -> str:
         return (f"target={self.target}, protected={self.protected}, temperature={self.temperature}, "

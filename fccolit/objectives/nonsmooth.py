@@ -338,13 +338,46 @@ class CompositeObjective(FCCOObjective):
 
     ``forward(scores, batch)`` is :meth:`inner`, so ``torch.func.functional_call`` can evaluate the inner values at
     other parameters (the previous iterate of SONEX's MSVR correction) when the objective has parameters.
+
+    **A direct term that is itself an FCCO**, ``g_0(w) = (1/n_0) Σ_a f_0(g_{0,a}(w))`` (e.g. a global contrastive
+    loss, whose log wraps a mean over the data): set :attr:`direct_inner_dim` > 0 and implement
+    :meth:`direct_num_rows`, :meth:`direct_inner` and :meth:`direct_outer` / :meth:`direct_outer_grad`. SONEX then
+    tracks ``g_{0,a}`` with its own per-index state and the same MSVR update as the ``g_i`` (seed 004 F.3's
+    "modified SONEX"), stepping on ``mean_a ∇ĝ_{0,a} ∇f_0(u_{0,a})``; :meth:`direct` is then the plug-in mini-batch
+    value ``mean_a f_0(ĝ_{0,a})`` (what the algorithms without that state use).
     """
 
     outer_fn: OuterFunction
+    #: d₀ of the direct term's own inner functions ``g_{0,a}`` (0: ``g_0`` is a plain mini-batch mean, not tracked)
+    direct_inner_dim: int = 0
 
     def direct(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        """Mini-batch estimate of ``g_0`` (a differentiable scalar), or None when ``F`` has no direct term."""
-        return None
+        """Mini-batch estimate of ``g_0`` (a differentiable scalar), or None when ``F`` has no direct term.
+
+        With a tracked direct term (:attr:`direct_inner_dim` > 0): ``mean_a f_0(ĝ_{0,a})`` over the batch's direct
+        rows (0, with the graph, when the batch has none)."""
+        if not self.direct_inner_dim:
+            return None
+        inner = self.direct_inner(scores, batch)
+        if inner.index.numel() == 0:
+            return scores.sum() * 0.0
+        return self.direct_outer(inner.value, inner.context).mean()
+
+    def direct_num_rows(self, sizes: dict[str, int]) -> int:
+        """The number of outer indices ``a`` of a tracked direct term (rows of its state)."""
+        raise NotImplementedError(f"{type(self).__name__} sets direct_inner_dim but not direct_num_rows")
+
+    def direct_inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+        """The batch's direct rows ``a`` and their mini-batch estimates ``ĝ_{0,a}`` ``[A, d₀]`` (differentiable)."""
+        raise NotImplementedError(f"{type(self).__name__} sets direct_inner_dim but not direct_inner")
+
+    def direct_outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``f_0(u)``, ``[A]``."""
+        raise NotImplementedError(f"{type(self).__name__} sets direct_inner_dim but not direct_outer")
+
+    def direct_outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``∇f_0(u)``, ``[A, d₀]`` (f_0 is smooth: it is not smoothed by the algorithm's λ)."""
+        raise NotImplementedError(f"{type(self).__name__} sets direct_inner_dim but not direct_outer_grad")
 
     def forward(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
         return self.inner(scores, batch)
