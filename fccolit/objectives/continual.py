@@ -239,7 +239,10 @@ class ContinualLearning(ConstrainedObjective):
     def direct_num_rows(self, sizes: dict[str, int]) -> int:
         """One row per training sample (only the target class's images are ever visited)."""
         if "num_samples" not in sizes:
-            raise ValueError(f"ContinualLearning tracks one contrastive row per training image: the sizes lack 'num_samples' ({sorted(sizes)})")
+            raise ValueError(
+                f"ContinualLearning tracks one contrastive row per training image: the sizes lack 'num_samples' "
+                f"({sorted(sizes)})"
+            )
         return int(sizes["num_samples"])
 
     def direct_inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
