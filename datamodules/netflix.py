@@ -22,6 +22,7 @@ the test set.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -74,6 +75,11 @@ def probe_mask(ratings: Ratings, probe_user: np.ndarray, probe_item: np.ndarray)
     keys = ratings.user.astype(np.int64) * width + ratings.item
     probe = np.unique(probe_user.astype(np.int64) * width + probe_item)
     return np.isin(keys, probe, assume_unique=False, kind="sort")
+
+
+def _probe_test_mask(ratings: Ratings, probe_path: Path) -> np.ndarray:
+    """The test split of ``holdout="probe"``: the ratings listed in ``probe.txt``."""
+    return probe_mask(ratings, *read_netflix_probe(probe_path))
 
 
 class NetflixDataModule(RecommendationDataModule):
@@ -135,10 +141,7 @@ class NetflixDataModule(RecommendationDataModule):
                     f"{NETFLIX_PAGE}); use holdout='time' without it"
                 )
             files.append(self.probe_file)
-            probe_path = self.probe_file
-
-            def test_mask(ratings: Ratings) -> np.ndarray:
-                return probe_mask(ratings, *read_netflix_probe(probe_path))
+            test_mask = functools.partial(_probe_test_mask, probe_path=self.probe_file)
 
         self._load(
             self.root,
