@@ -282,7 +282,8 @@ class BDD100KDataModule(FCCODataModule):
 
     Attributes:
         classes, task_names, prompts (CLIP prompts of the classes), protected, class_counts (training images per
-        class), label_files (the two JSON files read).
+        class; a classification task's sizes also hold them as ``num_class_<k>``), label_files (the two JSON files
+        read).
     """
 
     def __init__(
@@ -429,6 +430,7 @@ class BDD100KDataModule(FCCODataModule):
             raise ValueError(f"{self.label_files[0]}: no training image of class(es) {empty} (task {self.task!r})")
         if self.target is None:
             self.sizes = {"num_samples": int(y.size), "num_classes": len(self.classes), "num_outputs": len(self.classes)}
+            self.sizes.update({f"num_class_{k}": int(n) for k, n in enumerate(self.class_counts)})  # training images per class
         else:
             positives = self.class_counts[self.classes.index(self.target)]
             self.sizes = {

@@ -82,7 +82,8 @@ def test_constraints_and_contrastive_objective_equal_a_direct_computation(clip_d
     old_reference = copy.deepcopy(model).eval()
     slack = [0.0, 0.01, 0.0, 0.02, 0.0]
     objective = ContinualLearning(target=FOGGY, slack=slack, class_names=DEFAULT_CLASSES["weather"]).double()
-    objective.bind_sizes({"num_samples": 30, "num_classes": 6, "num_outputs": 6})
+    objective.bind_sizes({"num_samples": 30, "num_classes": 6, "num_outputs": 6, "num_class_5": 7})
+    assert objective.num_contrast == 23  # n: the training samples of other classes
     objective.bind_model(model)
     assert objective.protected == [0, 1, 2, 3, 4] and objective.num_constraints == 5
     assert objective.constraint_names()[2] == "no_worse_on_snowy"
@@ -105,16 +106,16 @@ def test_constraints_and_contrastive_objective_equal_a_direct_computation(clip_d
     torch.testing.assert_close(inner.value, sums / counts)
 
     # the two-way global contrastive loss of the target images (foggy: 9, 10, 11) against the other samples, by
-    # loops: −τ log of the positive over the mean of the contrast set (the anchor and the others), both ways
+    # loops: the batch's mean over the contrast samples stands for the mean over the data's n = 23
     z = scores.detach() / TAU
     anchors = [i for i in range(len(labels)) if labels[i] == FOGGY]
     others = [j for j in range(len(labels)) if labels[j] != FOGGY]
-    total, means = 0.0, []
+    n, total, means = 23, 0.0, []
     for i in anchors:
         positive = math.exp(z[i, FOGGY])
-        to_texts = (positive + sum(math.exp(z[i, labels[j]]) for j in others)) / (1 + len(others))
-        to_images = (positive + sum(math.exp(z[j, FOGGY]) for j in others)) / (1 + len(others))
-        total += -TAU * math.log(positive / to_texts) - TAU * math.log(positive / to_images)
+        to_texts = sum(math.exp(z[i, labels[j]]) for j in others) / len(others)
+        to_images = sum(math.exp(z[j, FOGGY]) for j in others) / len(others)
+        total += TAU * math.log((positive + n * to_texts) / positive) + TAU * math.log((positive + n * to_images) / positive)
         means.append([to_texts / positive, to_images / positive])
     direct = objective.direct(scores, batch)
     assert math.isclose(float(direct), total / len(anchors), rel_tol=1e-10)
@@ -124,6 +125,17 @@ def test_constraints_and_contrastive_objective_equal_a_direct_computation(clip_d
     assert objective.direct_num_rows({"num_samples": 30}) == 30
     with pytest.raises(ValueError, match="'index'"):
         objective.direct_inner(scores, {"x": x, "y": labels})
+    # with all of the data in the batch (n = the batch's contrast samples), the loss is the paper's sum form
+    whole = ContinualLearning(target=FOGGY, num_contrast=len(others)).double()
+    whole.bind_sizes({"num_classes": 6})
+    expected = 0.0
+    for i in anchors:
+        positive = math.exp(z[i, FOGGY])
+        expected += -TAU * math.log(positive / (positive + sum(math.exp(z[i, labels[j]]) for j in others)))
+        expected += -TAU * math.log(positive / (positive + sum(math.exp(z[j, FOGGY]) for j in others)))
+    assert math.isclose(float(whole.direct(scores, batch)), expected / len(anchors), rel_tol=1e-10)
+    with pytest.raises(ValueError, match="num_contrast"):
+        ContinualLearning(target=FOGGY).double().direct(scores, batch)
 
     # gradients reach the new model only
     (direct + sums.sum()).backward()
@@ -185,9 +197,9 @@ def _constraint_term(module, scores, batch):
 def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
     """The paper's modified SONEX (F.3): the global contrastive loss's inner means get their own per-image state,
     updated by the same MSVR rule as the constraints (γ, γ' with the batch at w_{t−1}), and the step's estimator
-    weighs ∇ĝ_{0,a} by ∇f_0(u_{0,a}) = τ/u; with γ = 1, γ' = 0 (exact state) it is the gradient of the plug-in."""
+    weighs ∇ĝ_{0,a} by ∇f_0(u_{0,a}) = τn/(1 + nu); with γ = 1, γ' = 0 (exact state) it is the gradient of the plug-in."""
     gamma, gamma_prime = 0.8, 0.1
-    sizes = {"num_samples": 20, "num_classes": 6, "num_outputs": 6}
+    sizes = {"num_samples": 20, "num_classes": 6, "num_outputs": 6, "num_class_5": 4}  # n = 16 contrast samples
     torch.manual_seed(0)
     module = SONEX(tiny_clip(clip_dir), ContinualLearning(target=FOGGY), data_sizes=sizes, lam=0.001,
                    ema_weight=gamma, correction_weight=gamma_prime, state_dtype="float64").double()
@@ -218,16 +230,16 @@ def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
     torch.testing.assert_close(u, expected, rtol=1e-12, atol=0)
     assert not torch.allclose(u[0], now[0])  # the MSVR average differs from the fresh value
 
-    # the estimator: mean_a ⟨τ/u_a, ∇ĝ_{0,a}⟩ plus the constraints' part; the logged value adds mean_a f_0(u_a)
+    # the estimator: mean_a ⟨τn/(1 + nu_a), ∇ĝ_{0,a}⟩ plus the constraints' part; the logged value adds mean_a f_0(u_a)
     g = objective.direct_inner(scores, b2).value
-    reference = (TAU / expected * g).sum(-1).mean() + _constraint_term(module, scores, b2)
+    reference = (TAU * 16 / (1 + 16 * expected) * g).sum(-1).mean() + _constraint_term(module, scores, b2)
     params = [p for _, p in module.trainable()]
     for got, want in zip(torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True),
                          torch.autograd.grad(reference, params, allow_unused=True)):
         if want is not None:
             torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-14)
     constraints = objective.outer(module.state.values(), {})
-    torch.testing.assert_close(estimate, constraints + TAU * torch.log(expected).sum(-1).mean(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(estimate, constraints + TAU * torch.log1p(16 * expected).sum(-1).mean(), rtol=1e-12, atol=0)
 
     # exact state (γ = 1, γ' = 0): the step is the gradient of the plug-in objective, direct() + constraints
     exact = SONEX(copy.deepcopy(module.model), ContinualLearning(target=FOGGY), data_sizes=sizes, lam=0.001,

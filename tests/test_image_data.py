@@ -483,6 +483,9 @@ def test_bdd100k_tasks_drop_undefined_and_expose_class_subsets(bdd_root):
         assert (groups >= 0).all() and (groups == groups[:, :1]).all() and groups[0, 0] != groups[1, 0]
     scene = BDD100KDataModule(root, task="scene", cache_dir=cache, max_per_class=2, val_fraction=0.0)
     assert "gas stations" not in scene.classes and max(scene.class_counts) <= 2
+    # a classification task's sizes count each class's training images (the continual objective's contrast size)
+    assert [scene.sizes[f"num_class_{k}"] for k in range(len(scene.classes))] == scene.class_counts
+    assert scene.sizes["num_samples"] == sum(scene.class_counts)
     assert class_prompts("scene", ["residential"]) == ["the scene is a residential area."]
     attributes = BDD100KDataModule(root, task="attributes", cache_dir=cache, batch_size=28, val_fraction=0.0)
     assert attributes.sizes["num_tasks"] == 14 and attributes.task_names[5] == "weather=foggy"

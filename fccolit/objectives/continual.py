@@ -34,20 +34,25 @@ class ContinualLearning(ConstrainedObjective):
     and ``z = s/τ`` are the logits of both terms.
 
     **Objective** ``g_0`` (paper F.3, two-way global contrastive loss, τ = 0.05): the anchors ``a`` are the target-class
-    images, each paired with its class prompt ``t_a``; the contrast set ``S_a`` is the anchor itself plus the
-    non-target samples ``N`` (their prompts ``T_a⁻``, their images ``I_a⁻``; the paper's sets "include the positive",
-    and the printed second denominator's index is corrected, seed 004 erratum 16). As an FCCO (SogCLR's form: the log
-    of a mean over the contrast set), one outer index per anchor image with two inner means (``d₀ = 2``)::
+    images, each paired with its class prompt ``t_a``; an anchor is contrasted with itself and with the ``n``
+    non-target training samples ``N`` (their prompts ``T_a⁻``, their images ``I_a⁻``; the paper's sets "include the
+    positive", and the printed second denominator's index is corrected, seed 004 erratum 16)::
 
-        g_{0,a}(w) = ( mean_{j∈S_a} e^{z_{a,t_j} − z_{a,t_a}},  mean_{j∈S_a} e^{z_{j,t_a} − z_{a,t_a}} )   (image → texts,
-                                                                                                   text → images)
-        f_0(u)     = τ (log u₁ + log u₂),        g_0(w) = mean over the target images a of f_0(g_{0,a}(w))
+        L_GCL(a) = τ log[ (e^{z_{a,t_a}} + Σ_{j∈N} e^{z_{a,t_j}}) / e^{z_{a,t_a}} ]          (image → texts)
+                 + τ log[ (e^{z_{a,t_a}} + Σ_{j∈N} e^{z_{j,t_a}}) / e^{z_{a,t_a}} ]          (text → images)
 
-    A batch estimates ``g_{0,a}`` over its own non-target samples, for its target images (rows = their dataset
-    ``index``). :class:`~fccolit.algorithms.sonex.SONEX` tracks these with MSVR (the paper's "modified SONEX":
-    γ_1 = 0.8, γ_1' = 0.1, the constraints' values) in a second per-index state; :meth:`direct` is the plug-in
-    ``mean_a f_0(ĝ_{0,a})``, i.e. ``−τ log[e^{z_{a,t_a}} / mean_{j∈S_a} e^{z_{a,t_j}}]`` plus the text side, averaged
-    over the batch's target images (0, with the graph, without any; an anchor without contrast samples adds 0).
+    As an FCCO (one outer index per anchor image, ``d₀ = 2`` inner means over the contrast samples, so that a random
+    subset of them estimates each mean without bias)::
+
+        g_{0,a}(w) = ( mean_{j∈N} e^{z_{a,t_j} − z_{a,t_a}},  mean_{j∈N} e^{z_{j,t_a} − z_{a,t_a}} )
+        f_0(u)     = τ (log(1 + n u₁) + log(1 + n u₂)),      g_0(w) = mean over the target images a of f_0(g_{0,a}(w))
+
+    so ``f_0(g_{0,a}) = L_GCL(a)``. A batch estimates ``g_{0,a}`` over its own non-target samples, for its target
+    images (rows = their dataset ``index``). :class:`~fccolit.algorithms.sonex.SONEX` tracks these with MSVR (the
+    paper's "modified SONEX": γ_1 = 0.8, γ_1' = 0.1, the constraints' values) in a second per-index state;
+    :meth:`direct` is the plug-in ``mean_a f_0(ĝ_{0,a})`` (0, with the graph, for a batch without target images or
+    without contrast samples). ``n`` is the training data's count of non-target samples (``num_contrast``, by default
+    from the DataModule's sizes).
 
     **Constraints** (one state row each, d' = 1): ``ℓ(w; x, c) = CE(z(x), c)``, the cross-entropy of the image over
     the task's prompts (the "logistic loss for the k-th classification task", DevSafety's zero-shot CE with logits
@@ -83,6 +88,8 @@ class ContinualLearning(ConstrainedObjective):
             {0.01, 0.1, 1, 5, 10, 20, 40, 80} for SONEX + smoothed hinge, {1, 20, …, 800} for SOX + squared hinge).
         slack: ε ≥ 0, one value for every constraint or one per constraint (0: "no worse than the old model").
         old_weights_path: local weights of the old model (None: the model's own at :meth:`bind_model`).
+        num_contrast: ``n``, the training samples an anchor is contrasted with (None: the sizes' ``num_samples`` minus
+            ``num_class_<target>``, or ``num_negatives`` of a binary target task; BDD100KDataModule gives both).
         class_names: names of the classes (for :meth:`constraint_names`).
     """
 
@@ -105,6 +112,7 @@ class ContinualLearning(ConstrainedObjective):
         slack: float | Sequence[float] = 0.0,
         old_weights_path: str | os.PathLike | None = None,
         class_names: Sequence[str] | None = None,
+        num_contrast: int | None = None,
     ) -> None:
         super().__init__(penalty=penalty, rho=rho, lam=lam)
         if not float(temperature) > 0.0:
@@ -113,6 +121,9 @@ class ContinualLearning(ConstrainedObjective):
         self.class_names = None if class_names is None else list(class_names)
         self.old_weights_path = None if old_weights_path is None else str(old_weights_path)
         self._slack = slack
+        if num_contrast is not None and int(num_contrast) < 1:
+            raise ValueError(f"num_contrast (n, the contrast samples of an anchor) must be >= 1, got {num_contrast}")
+        self.num_contrast = None if num_contrast is None else int(num_contrast)
         self.protected: list[int] | None = None
         self.old_model: nn.Module | None = None
         self._memo: tuple[torch.Tensor, int | None, torch.Tensor] | None = None  # (images, their version, old scores)
@@ -154,6 +165,11 @@ class ContinualLearning(ConstrainedObjective):
             self._set_protected([c for c in range(int(num_classes)) if c != self.target], int(num_classes))
         elif num_classes is not None:
             self._set_protected(self.protected, int(num_classes))
+        if self.num_contrast is None:
+            if f"num_class_{self.target}" in sizes and "num_samples" in sizes:
+                self.num_contrast = int(sizes["num_samples"]) - int(sizes[f"num_class_{self.target}"])
+            elif "num_negatives" in sizes:
+                self.num_contrast = int(sizes["num_negatives"])
 
     def bind_model(self, model: nn.Module) -> None:
         """Keep a frozen copy of ``model`` as ``w_old`` (then load ``old_weights_path`` into it, when given)."""
@@ -246,7 +262,8 @@ class ContinualLearning(ConstrainedObjective):
         return int(sizes["num_samples"])
 
     def direct_inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
-        """The batch's target images (rows: their ``index``) and ``ĝ_{0,a}`` ``[A, 2]`` (class docstring)."""
+        """The batch's target images (rows: their ``index``) and ``ĝ_{0,a}`` ``[A, 2]``: the means over the batch's
+        non-target samples (class docstring; zeros without any)."""
         if "index" not in batch:
             raise ValueError(
                 "ContinualLearning: the batch has no 'index' field (each sample's position in the training data), "
@@ -259,21 +276,30 @@ class ContinualLearning(ConstrainedObjective):
         positive = logits[anchor, self.target].unsqueeze(1)  # z_{a,t_a}, [A, 1]
         to_texts = logits[anchor][:, labels[contrast]]  # z_{a,t_j}, [A, N]
         to_images = logits[contrast, self.target].unsqueeze(0)  # z_{j,t_a}, [1, N]
-        size = 1.0 + float(to_texts.shape[1])  # |S_a| = 1 + |N|: e^0 = 1 is the anchor's own term
+        count = max(int(to_texts.shape[1]), 1)
         value = torch.stack([
-            (1.0 + torch.exp(to_texts - positive).sum(1)) / size,
-            (1.0 + torch.exp(to_images - positive).sum(1)) / size,
+            torch.exp(to_texts - positive).sum(1) / count,
+            torch.exp(to_images - positive).sum(1) / count,
         ], dim=1)
         return InnerBatch(index=batch["index"].reshape(-1)[anchor].long(), value=value)
 
+    def _contrast_count(self) -> int:
+        if self.num_contrast is None:
+            raise ValueError(
+                "ContinualLearning needs n, the number of training samples an anchor is contrasted with: pass "
+                "num_contrast=..., or bind sizes with num_samples and num_class_<target> (BDD100KDataModule's)"
+            )
+        return self.num_contrast
+
     def direct_outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``f_0(u) = τ (log u₁ + log u₂)``, ``[A]``."""
-        return self.temperature * torch.log(u).sum(-1)
+        """``f_0(u) = τ Σ_k log(1 + n u_k)``, ``[A]``."""
+        return self.temperature * torch.log1p(self._contrast_count() * u).sum(-1)
 
     def direct_outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``∇f_0(u) = τ / u``, ``[A, 2]``."""
-        return self.temperature / u
+        """``∇f_0(u) = τ n / (1 + n u)``, ``[A, 2]``."""
+        n = self._contrast_count()
+        return self.temperature * n / (1.0 + n * u)
 
     def extra_repr(self) -> str:
         return (f"target={self.target}, protected={self.protected}, temperature={self.temperature}, "
-                f"penalty={self.outer_fn!r}, old_weights_path={self.old_weights_path!r}")
+                f"penalty={self.outer_fn!r}, old_weights_path={self.old_weights_path!r}, num_contrast={self.num_contrast}")
