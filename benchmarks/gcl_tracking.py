@@ -4,21 +4,24 @@ set size.
 
     python benchmarks/gcl_tracking.py [--quick]
 
-Problem: :class:`fccolit.objectives.ContinualLearning`'s objective term ``g_0(w) = mean_a τ (log g_{0,a,1}(w) +
-log g_{0,a,2}(w))`` (two-way global contrastive loss, τ = 0.05; ``g_{0,a}`` the means over the anchor's contrast set
-of ``e^{z − z_pos}``, image → texts and text → images) on generated data: 6 classes × 200 samples of 16 features
-(class means 1.5 apart, unit noise), the target class 5 (200 anchors, 1000 contrast samples). Model: a linear image
-encoder (16 → 8) and 6 learned text embeddings, cosine scores (as ``CLIPClassifier(logit_scale=1)``), float64,
-at a fixed random initialization: the parameters never move, so the exact gradient ``∇g_0(w)`` is one number to
-compare against.
+Problem: :class:`fccolit.objectives.ContinualLearning`'s objective term ``g_0(w) = mean_a f_0(g_{0,a}(w))``, the
+two-way global contrastive loss with τ = 0.05: ``g_{0,a}`` are the means over the anchor's n contrast samples of
+``e^{z − z_pos}`` (image → texts and text → images) and ``f_0(u) = τ Σ_k log(1 + n u_k)``. Generated data: 6
+classes × 200 samples of 16 features (class means 1.5·N(0, 1) apart, unit noise), target class 5 (200 anchors,
+n = 1000 contrast samples). Model: a linear image encoder (16 → 8) and 6 learned text embeddings, cosine scores (as
+``CLIPClassifier(logit_scale=1)``), float64, at a fixed random initialization: the parameters never move, so the
+exact gradient ``∇g_0(w)`` (from all the data) is one vector to compare against.
 
-Each step draws 8 anchors and N contrast samples at random. The plug-in estimator is the gradient of the batch's
-``mean_a f_0(ĝ_{0,a})`` (what an algorithm without state steps on: biased, since E log ĝ < log E ĝ); the tracked
-one is SONEX's (``SONEX.direct_estimate``: the per-anchor state ``u_0`` updated with γ, the gradient ``mean_a
-⟨∇f_0(u_{0,a}), ∇ĝ_{0,a}⟩``). After a burn-in of max(5, 3/γ) visits per anchor, the mean of the estimators over T steps is
-compared with the exact gradient: relative bias ``‖mean_t G_t − ∇g_0‖ / ‖∇g_0‖``, with its standard error (from
-10 block means). The SONEX modules run this exact code path (the constraints' part is left out: it does not
-depend on the contrastive term).
+Each step draws 8 anchors and N contrast samples at random, the same batches for every estimator:
+
+* plug-in: the gradient of the batch's ``mean_a f_0(ĝ_{0,a})`` (what an algorithm without state steps on: biased,
+  since ``E log(1 + nĝ) < log(1 + n E ĝ)``);
+* tracked: SONEX's step (``SONEX.direct_estimate``: the per-anchor state ``u_0`` updated with γ = 0.8 or 0.1, the
+  gradient ``mean_a ⟨∇f_0(u_{0,a}), ∇ĝ_{0,a}⟩``), after a burn-in of 30 visits per anchor;
+* oracle: the same with ``u = g_{0,a}(w)`` exactly: unbiased, so its entry is the Monte-Carlo noise floor.
+
+Entry: ``‖mean_t G_t − ∇g_0‖ / ‖∇g_0‖`` with its standard error (from 10 block means). The SONEX modules run this
+exact code path (the constraints' part is left out: it does not depend on the contrastive term).
 
 Writes ``benchmarks/results/gcl_tracking.md`` (and ``gcl_tracking.png`` when matplotlib is installed).
 """
