@@ -241,6 +241,14 @@ def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
     constraints = objective.outer(module.state.values(), {})
     torch.testing.assert_close(estimate, constraints + TAU * torch.log1p(16 * expected).sum(-1).mean(), rtol=1e-12, atol=0)
 
+    # a batch of target images only estimates no contrastive mean: u_0 keeps its rows (and u_0 lives on u ≥ 0)
+    kept = module.direct_state.values().clone()
+    only_targets = _contrastive_batch(3, [5, 5, 5], [3, 11, 15])
+    assert objective.direct_inner(module(only_targets), only_targets).index.numel() == 0
+    module.compositional_loss(module(only_targets), only_targets)
+    torch.testing.assert_close(module.direct_state.values(), kept, rtol=0, atol=0, equal_nan=True)
+    assert module.direct_state.lower.tolist() == [0.0, 0.0] and module.direct_state.has_bounds
+
     # exact state (γ = 1, γ' = 0): the step is the gradient of the plug-in objective, direct() + constraints
     exact = SONEX(copy.deepcopy(module.model), ContinualLearning(target=FOGGY), data_sizes=sizes, lam=0.001,
                   ema_weight=1.0, correction_weight=0.0, state_dtype="float64").double()

@@ -300,8 +300,10 @@ class SONEX(NonsmoothFCCOModule):
                     f"{type(self).__name__}: a tracked direct term (direct_inner_dim > 0) of an objective with "
                     f"trainable parameters is not supported ({type(self.objective).__name__})"
                 )
+            lower, upper = self.objective.direct_bounds()
             self.direct_state = IndexedState(
-                self.objective.direct_num_rows(self.data_sizes), dim, dtype=self.state_dtype, name="u_0"
+                self.objective.direct_num_rows(self.data_sizes), dim, lower=lower, upper=upper, dtype=self.state_dtype,
+                name="u_0",
             )
 
     def direct_estimate(
@@ -402,7 +404,9 @@ class PenaltySOX(SONEX):
         u_i ← (1 − γ) u_i + γ ĝ_i(w_t) ;   G = ∇ĝ_0(w_t) + mean_i ∇ĝ_i(w_t) ∇f(u_i^{t−1}) ;   v, w as SOX
 
     i.e. :class:`fccolit.algorithms.SOX` plus the direct term ``g_0`` (the plain SOX module has no ``g_0``). Use it
-    with ``penalty="squared_hinge"`` (Li et al. [7]); defaults are SOX's (γ = 0.1).
+    with ``penalty="squared_hinge"`` (Li et al. [7]); defaults are SOX's (γ = 0.1). A direct term that is itself an
+    FCCO (e.g. :class:`~fccolit.objectives.ContinualLearning`'s contrastive loss) is tracked by the same rule (see
+    :class:`SONEX`): ``∇ĝ_0`` becomes ``mean_a ∇ĝ_{0,a} ∇f_0(u_{0,a}^{t−1})``.
     """
 
     def __init__(

@@ -48,7 +48,9 @@ class ContinualLearning(ConstrainedObjective):
         f_0(u)     = τ (log(1 + n u₁) + log(1 + n u₂)),      g_0(w) = mean over the target images a of f_0(g_{0,a}(w))
 
     so ``f_0(g_{0,a}) = L_GCL(a)``. A batch estimates ``g_{0,a}`` over its own non-target samples, for its target
-    images (rows = their dataset ``index``). :class:`~fccolit.algorithms.sonex.SONEX` tracks these with MSVR (the
+    images (rows = their dataset ``index``; a batch without non-target samples estimates nothing, so it has no rows).
+    The estimate is unbiased when the batch's non-target samples are a uniform draw of the data's, or a class-balanced
+    draw of equally large classes (the BDD100K config: every class capped at ``max_per_class``). :class:`~fccolit.algorithms.sonex.SONEX` tracks these with MSVR (the
     paper's "modified SONEX": γ_1 = 0.8, γ_1' = 0.1, the constraints' values) in a second per-index state;
     :meth:`direct` is the plug-in ``mean_a f_0(ĝ_{0,a})`` (0, with the graph, for a batch without target images or
     without contrast samples). ``n`` is the training data's count of non-target samples (``num_contrast``, by default
@@ -263,7 +265,7 @@ class ContinualLearning(ConstrainedObjective):
 
     def direct_inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
         """The batch's target images (rows: their ``index``) and ``ĝ_{0,a}`` ``[A, 2]``: the means over the batch's
-        non-target samples (class docstring; zeros without any)."""
+        non-target samples (class docstring); no rows when the batch has no non-target sample."""
         if "index" not in batch:
             raise ValueError(
                 "ContinualLearning: the batch has no 'index' field (each sample's position in the training data), "
@@ -271,15 +273,14 @@ class ContinualLearning(ConstrainedObjective):
             )
         labels = self.labels_of(batch)
         logits = scores / self.temperature
-        anchor = labels == self.target
-        contrast = ~anchor
+        contrast = labels != self.target
+        anchor = ~contrast if bool(contrast.any()) else torch.zeros_like(contrast)  # no contrast sample: no estimate
         positive = logits[anchor, self.target].unsqueeze(1)  # z_{a,t_a}, [A, 1]
         to_texts = logits[anchor][:, labels[contrast]]  # z_{a,t_j}, [A, N]
         to_images = logits[contrast, self.target].unsqueeze(0)  # z_{j,t_a}, [1, N]
-        count = max(int(to_texts.shape[1]), 1)
         value = torch.stack([
-            torch.exp(to_texts - positive).sum(1) / count,
-            torch.exp(to_images - positive).sum(1) / count,
+            torch.exp(to_texts - positive).mean(1),
+            torch.exp(to_images - positive).mean(1),
         ], dim=1)
         return InnerBatch(index=batch["index"].reshape(-1)[anchor].long(), value=value)
 
@@ -290,6 +291,10 @@ class ContinualLearning(ConstrainedObjective):
                 "num_contrast=..., or bind sizes with num_samples and num_class_<target> (BDD100KDataModule's)"
             )
         return self.num_contrast
+
+    def direct_bounds(self) -> tuple[object, object]:
+        """``u_0 ≥ 0``: means of exponentials (an MSVR step may overshoot below 0)."""
+        return 0.0, None
 
     def direct_outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
         """``f_0(u) = τ Σ_k log(1 + n u_k)``, ``[A]``."""

@@ -341,7 +341,8 @@ class CompositeObjective(FCCOObjective):
 
     **A direct term that is itself an FCCO**, ``g_0(w) = (1/n_0) Σ_a f_0(g_{0,a}(w))`` (e.g. a global contrastive
     loss, whose log wraps a mean over the data): set :attr:`direct_inner_dim` > 0 and implement
-    :meth:`direct_num_rows`, :meth:`direct_inner` and :meth:`direct_outer` / :meth:`direct_outer_grad`. SONEX then
+    :meth:`direct_num_rows`, :meth:`direct_inner` and :meth:`direct_outer` / :meth:`direct_outer_grad` (and
+    :meth:`direct_bounds` when ``f_0`` has a restricted domain). SONEX then
     tracks ``g_{0,a}`` with its own per-index state and the same MSVR update as the ``g_i`` (seed 004 F.3's
     "modified SONEX"), stepping on ``mean_a ∇ĝ_{0,a} ∇f_0(u_{0,a})``; :meth:`direct` is then the plug-in mini-batch
     value ``mean_a f_0(ĝ_{0,a})`` (what the algorithms without that state use).
@@ -378,6 +379,11 @@ class CompositeObjective(FCCOObjective):
     def direct_outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
         """``∇f_0(u)``, ``[A, d₀]`` (f_0 is smooth: it is not smoothed by the algorithm's λ)."""
         raise NotImplementedError(f"{type(self).__name__} sets direct_inner_dim but not direct_outer_grad")
+
+    def direct_bounds(self) -> tuple[object, object]:
+        """``(lower, upper)`` of the domain of ``f_0``, onto which the tracked ``u_0`` is projected (an MSVR step can
+        leave it); None: unbounded. Values as :class:`~fccolit.state.IndexedState` takes them."""
+        return None, None
 
     def forward(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
         return self.inner(scores, batch)
