@@ -234,10 +234,14 @@ def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
     g = objective.direct_inner(scores, b2).value
     reference = (TAU * 16 / (1 + 16 * expected) * g).sum(-1).mean() + _constraint_term(module, scores, b2)
     params = [p for _, p in module.trainable()]
+    compared = 0
     for got, want in zip(torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True),
                          torch.autograd.grad(reference, params, allow_unused=True)):
+        assert (got is None) == (want is None)
         if want is not None:
             torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-14)
+            compared += 1
+    assert compared > 10  # the image and text towers' parameters, not a vacuous loop
     constraints = objective.outer(module.state.values(), {})
     torch.testing.assert_close(estimate, constraints + TAU * torch.log1p(16 * expected).sum(-1).mean(), rtol=1e-12, atol=0)
 
@@ -256,8 +260,10 @@ def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
     loss, _ = exact.compositional_loss(scores, b2)
     truth = exact.objective.direct(scores, b2) + _constraint_term(exact, scores, b2)
     params = [p for _, p in exact.trainable()]
-    for got, want in zip(torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True),
-                         torch.autograd.grad(truth, params, allow_unused=True)):
+    grads = list(zip(torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True),
+                     torch.autograd.grad(truth, params, allow_unused=True)))
+    assert sum(want is not None for _, want in grads) > 10
+    for got, want in grads:
         assert (got is None) == (want is None)
         if want is not None:
             torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-14)
