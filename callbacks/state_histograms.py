@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -15,7 +17,9 @@ class StateHistograms(Callback):
 
     * ``state/<name>/<component>``: a histogram of the visited rows' values (one per component; e.g. for AP's
       ``u`` component 0 is the surrogate positive rank, 1 the surrogate overall rank);
-    * ``state/<name>/visited``: the fraction of rows visited so far (how much of the data the state has seen).
+    * ``state/<name>/visited``: the fraction of rows visited so far (how much of the data the state has seen);
+    * ``state/<name>/at_lower/<component>``, ``state/<name>/at_upper/<component>``: for a state projected onto a
+      box Ω, the share of visited rows sitting at each finite bound (:meth:`IndexedState.share_at_bounds`).
 
     ``<name>`` is the state's own name (``u``, ``lambda``, ...; its attribute path if two states share a name). The state is
     identical on every rank, so rank 0 logs it. Only TensorBoard loggers receive histograms; other loggers get the
@@ -38,7 +42,15 @@ class StateHistograms(Callback):
         for path, state in states:
             tag = state.name if names.count(state.name) == 1 else path
             visited = state.visited()
-            trainer.logger.log_metrics({f"state/{tag}/visited": float(visited.float().mean())}, step=step)
+            shares = {f"state/{tag}/visited": float(visited.float().mean())}
+            if state.has_bounds:  # the share of visited rows the projection onto Ω holds at a cap, per component
+                at_lower, at_upper = state.share_at_bounds()
+                for c in range(state.dim):
+                    if math.isfinite(float(state.lower[c])):
+                        shares[f"state/{tag}/at_lower/{c}"] = float(at_lower[c])
+                    if math.isfinite(float(state.upper[c])):
+                        shares[f"state/{tag}/at_upper/{c}"] = float(at_upper[c])
+            trainer.logger.log_metrics(shares, step=step)
             if not isinstance(trainer.logger, TensorBoardLogger) or not bool(visited.any()):
                 continue
             rows = torch.nonzero(visited).flatten()

@@ -96,6 +96,9 @@ class LibSVMDataModule(FCCODataModule):
         batch_size: global training batch size B.
         num_positives: positives per training batch.
         num_batches: training batches per epoch (None: one pass over the negatives).
+        anchor_sampling: how each batch's positives are drawn: ``"permutation"`` (default, every positive once per
+            pass) or ``"with_replacement"`` (uniform, as the AUPRC papers sample B_t); see
+            :class:`~fccolit.samplers.DualSampler`.
         seed: seeds the splits, the dropping of positives and the sampler.
         normalize: None, ``"minmax"`` or ``"standard"``.
         num_workers, eval_batch_size: DataLoader workers and evaluation batch size.
@@ -114,6 +117,7 @@ class LibSVMDataModule(FCCODataModule):
         batch_size: int = 64,
         num_positives: int = 16,
         num_batches: int | None = None,
+        anchor_sampling: Literal["permutation", "with_replacement"] = "permutation",
         seed: int = 0,
         normalize: Literal["minmax", "standard"] | None = None,
         num_workers: int = 0,
@@ -146,6 +150,7 @@ class LibSVMDataModule(FCCODataModule):
         self._held_out = held_out  # share of the training file cut off as the test split
         self.pos_fraction, self.positive_label, self.normalize = pos_fraction, positive_label, normalize
         self.batch_size, self.num_positives, self.num_batches, self.seed = batch_size, num_positives, num_batches, seed
+        self.anchor_sampling = anchor_sampling
 
         files = [self.train_file] + ([self.test_file] if self.test_file is not None else [])
         options = {
@@ -281,4 +286,5 @@ class LibSVMDataModule(FCCODataModule):
         if self._splits is None:
             self.setup("fit")
         labels = self._splits["train"]["y"]
-        return DualSampler(labels, self.batch_size, self.num_positives, num_batches=self.num_batches, seed=self.seed)
+        return DualSampler(labels, self.batch_size, self.num_positives, num_batches=self.num_batches,
+                           anchor_sampling=self.anchor_sampling, seed=self.seed)

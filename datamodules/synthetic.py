@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from fccolit.data import binary_fields, binary_sizes, random_splits
@@ -49,6 +51,7 @@ class SyntheticBinaryDataModule(FCCODataModule):
         val_fraction, test_fraction: shares of the validation and test splits.
         batch_size: global training batch size.
         num_positives: positives per training batch (dual sampler).
+        anchor_sampling: ``"permutation"`` or ``"with_replacement"`` (:class:`~fccolit.samplers.DualSampler`).
         seed: seeds the data and the sampler.
     """
 
@@ -62,11 +65,13 @@ class SyntheticBinaryDataModule(FCCODataModule):
         test_fraction: float = 0.2,
         batch_size: int = 64,
         num_positives: int = 16,
+        anchor_sampling: Literal["permutation", "with_replacement"] = "permutation",
         seed: int = 0,
         num_workers: int = 0,
         eval_batch_size: int = 1024,
     ) -> None:
         super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
+        self.anchor_sampling = anchor_sampling
         if not 0.0 < pos_fraction < 1.0:
             raise ValueError(f"pos_fraction must be in (0, 1), got {pos_fraction}")
         if val_fraction + test_fraction >= 1.0:
@@ -81,7 +86,8 @@ class SyntheticBinaryDataModule(FCCODataModule):
         self.set_datasets(self._splits)
 
     def build_train_sampler(self) -> RankAwareBatchSampler:
-        return DualSampler(self._splits["train"]["y"], self.batch_size, self.num_positives, seed=self.seed)
+        return DualSampler(self._splits["train"]["y"], self.batch_size, self.num_positives,
+                           anchor_sampling=self.anchor_sampling, seed=self.seed)
 
 
 class SyntheticMultiLabelDataModule(FCCODataModule):

@@ -6,8 +6,12 @@ table and the one place where it is updated:
 
 * storage: a persistent buffer ``value`` of shape ``[num_rows, dim]`` (it moves with the module and is in
   every checkpoint), indexed by a flat id. Never a dense users × items table.
-* first visit: rows start as NaN; the first visit sets ``u_i`` to that step's estimate (the NaN sentinel
-  needs no extra mask, so the table costs exactly ``dim`` floats per row).
+* first visit (``initial``): rows start as NaN (the sentinel of "never written", so the table costs exactly
+  ``dim`` floats per row). With ``initial="first_estimate"`` (the default) the first visit sets ``u_i`` to that
+  step's estimate. The papers' algorithms instead start every row from a given U₁ and apply the ordinary update
+  on the first visit (Wang & Yang, ICML 2022, Alg. 1; Wang et al., AISTATS 2022, Alg. 1–3): ``initial="zero"``
+  (U₁ = 0), ``"projected_zero"`` (U₁ = Π_Ω[0]) or a value per component. The first step's ``u`` is then
+  ``Π_Ω[(1 − γ) U₁ + γ s ĝ_i]``, so γ (and s) matter even for rows visited once.
 * update rules (one formula, every paper a special case)::
 
       u_i ← Π_Ω[ (1 − γ) u_i + γ · s · ĝ_i + γ' · (ĝ_i − ĝ_i^prev) ]     for sampled i
@@ -41,6 +45,8 @@ from torch import nn
 from fccolit import distributed
 
 Bound = float | Sequence[float] | None
+InitialState = str | float | Sequence[float]
+INITIAL_STATES = ("first_estimate", "zero", "projected_zero")
 _EXACT_FLOAT64_INTEGERS = 2**53  # every integer up to this is exact in float64 (the packed all-gather of an update)
 
 
@@ -82,8 +88,22 @@ class IndexedState(nn.Module):
         decay_unsampled: keep the bookkeeping for the lazy decay of unsampled rows (MOAP / MOAP-V2 / ADAP).
             Costs 8 more bytes per row.
         name: used in error messages and TensorBoard tags.
+        initial: how a row starts (U₁ in the papers). ``"first_estimate"`` (default): the first visit sets
+            ``u_i := ĝ_i`` (no division by a zero state in AP or NCA; MOAP's s = n/B1 factor is not applied on that
+            visit). ``"zero"``: U₁ = 0; ``"projected_zero"``: U₁ = Π_Ω[0] (Wang et al. 2022's reading of
+            "Initialize U₁"); a float or one float per component: U₁ = that value (taken as given, not projected).
+            With any of these the first visit applies the ordinary update to U₁ (decayed like any row when
+            ``decay_unsampled``).
 
     Shapes: ``update(index [B], estimate [B, dim])``; ``values()`` → ``[num_rows, dim]``.
+
+    Example:
+        >>> state = IndexedState(num_rows=4, dim=1, initial="zero")
+        >>> record = state.update(torch.tensor([2]), torch.tensor([[1.0]]), ema_weight=0.5)
+        >>> record.previous.item(), record.current.item()  # (1 − γ)·0 + γ·1
+        (0.0, 0.5)
+        >>> state.visited().tolist()
+        [False, False, True, False]
     """
 
     def __init__(
@@ -96,6 +116,7 @@ class IndexedState(nn.Module):
         dtype: torch.dtype = torch.float32,
         decay_unsampled: bool = False,
         name: str = "u",
+        initial: InitialState = "first_estimate",
     ) -> None:
         super().__init__()
         if int(num_rows) <= 0:
@@ -111,14 +132,40 @@ class IndexedState(nn.Module):
         self.register_buffer("lower", lo.to(dtype), persistent=False)
         self.register_buffer("upper", hi.to(dtype), persistent=False)
         self.has_bounds = bool(torch.isfinite(lo).any() or torch.isfinite(hi).any())
+        self.initial = initial if isinstance(initial, str) else [float(v) for v in torch.tensor(initial).reshape(-1)]
+        start = self._initial_row(initial, lo, hi)
+        # the U₁ row of unvisited rows (None: the first estimate); not persistent: it follows from the options
+        self.register_buffer("initial_value", None if start is None else start.to(dtype), persistent=False)
         if decay_unsampled:
             # Σ_s log(1 − γ_s) over all steps so far, and its value when each row was last written.
             self.register_buffer("log_decay_total", torch.zeros((), dtype=torch.float64))
             self.register_buffer("log_decay_mark", torch.zeros(self.num_rows, dtype=torch.float64))
 
+    def _initial_row(self, initial: InitialState, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor | None:
+        """U₁ as a ``[dim]`` float64 row (None for ``"first_estimate"``)."""
+        if isinstance(initial, str):
+            if initial not in INITIAL_STATES:
+                raise ValueError(
+                    f"state '{self.name}': initial must be one of {', '.join(map(repr, INITIAL_STATES))} or a value, "
+                    f"got {initial!r}"
+                )
+            if initial == "first_estimate":
+                return None
+            zero = torch.zeros(self.dim, dtype=torch.float64)
+            return torch.clamp(zero, lo, hi) if initial == "projected_zero" else zero
+        row = torch.as_tensor(initial, dtype=torch.float64).reshape(-1)
+        if row.numel() == 1:
+            row = row.expand(self.dim).clone()
+        if row.numel() != self.dim or not bool(torch.isfinite(row).all()):
+            raise ValueError(
+                f"state '{self.name}': initial needs one finite value or {self.dim} (one per component), got {initial!r}"
+            )
+        return row
+
     # ------------------------------------------------------------------ reading
     def extra_repr(self) -> str:
-        return f"name={self.name}, num_rows={self.num_rows}, dim={self.dim}, decay_unsampled={self.decay_unsampled}"
+        return (f"name={self.name}, num_rows={self.num_rows}, dim={self.dim}, decay_unsampled={self.decay_unsampled}, "
+                f"initial={self.initial!r}")
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         if not self.has_bounds:
@@ -128,20 +175,39 @@ class IndexedState(nn.Module):
         return torch.clamp(x, self.lower.to(x.dtype), self.upper.to(x.dtype))
 
     def _read(self, rows: torch.Tensor) -> torch.Tensor:
-        """Current value of ``rows`` with any pending lazy decay applied (NaN for unvisited rows)."""
+        """Current value of ``rows`` with any pending lazy decay applied (unvisited rows: U₁ decayed like any row,
+        or NaN with ``initial="first_estimate"``)."""
         u = self.value.index_select(0, rows)
+        if self.initial_value is not None:
+            u = torch.where(torch.isnan(u), self.initial_value, u)
         if self.decay_unsampled:
             factor = torch.exp(self.log_decay_total - self.log_decay_mark.index_select(0, rows))
             u = self._project(u * factor.to(u.dtype).unsqueeze(-1))
         return u
 
     def values(self) -> torch.Tensor:
-        """The whole table ``[num_rows, dim]`` with pending decay applied (NaN marks unvisited rows)."""
+        """The whole table ``[num_rows, dim]`` with pending decay applied (unvisited rows: U₁, or NaN with
+        ``initial="first_estimate"``; :meth:`visited` tells them apart)."""
         return self._read(torch.arange(self.num_rows, device=self.value.device))
 
     def visited(self) -> torch.Tensor:
         """``[num_rows]`` bool: rows that have been written at least once."""
         return ~torch.isnan(self.value[:, 0])
+
+    @torch.no_grad()
+    def share_at_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(at_lower [dim], at_upper [dim])``: the share of visited rows whose component sits at Ω's lower / upper
+        bound (0 for an infinite bound; 0 when no row is visited). A large share says the projection, not the
+        estimate, sets those rows (e.g. MOAP-V2 / ADAP with β0·m/B > 1)."""
+        visited = self.visited()
+        count = int(visited.sum())
+        if count == 0:
+            zero = torch.zeros(self.dim, dtype=torch.float64)
+            return zero, zero.clone()
+        u = self._read(torch.nonzero(visited).flatten())
+        at_lower = (u <= self.lower) & torch.isfinite(self.lower)
+        at_upper = (u >= self.upper) & torch.isfinite(self.upper)
+        return at_lower.double().mean(0).cpu(), at_upper.double().mean(0).cpu()
 
     @torch.no_grad()
     def reset(self) -> None:
@@ -243,15 +309,17 @@ class IndexedState(nn.Module):
             corr = None if all_corr is None else torch.zeros_like(est).index_add_(0, inverse, all_corr) / counts
             local = inverse
 
-        old = self._read(rows)
-        unvisited = torch.isnan(old)  # rows are NaN in every component or in none
-        old = torch.where(unvisited, est, old)  # first visit: u^{t−1} := ĝ_i
+        unvisited = torch.isnan(self.value.index_select(0, rows))  # rows are NaN in every component or in none
+        old = self._read(rows)  # unvisited: U₁ (decayed), or NaN for the first estimate
+        first_estimate = self.initial_value is None
+        if first_estimate:
+            old = torch.where(unvisited, est, old)  # first visit: u^{t−1} := ĝ_i
         target = est if sample_scale == 1.0 else sample_scale * est
         weight = ema_weight.to(old.dtype) if isinstance(ema_weight, torch.Tensor) else ema_weight
         new = torch.lerp(old, target, weight)  # (1 − γ)u + γ s ĝ, and exactly ĝ on a first visit when s = 1
         if corr is not None and correction_weight != 0.0:
             new.add_(est - corr, alpha=correction_weight)
-        if sample_scale != 1.0 or corr is not None:
+        if first_estimate and (sample_scale != 1.0 or corr is not None):
             new = torch.where(unvisited, est, new)  # first visit: u_i := ĝ_i
         new = self._project(new)
         self.value.index_copy_(0, rows, new)

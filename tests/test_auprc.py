@@ -92,9 +92,11 @@ def omega(n, m, margin=MARGIN):
     return lower, upper
 
 
-def reference(x, y, batches, w0, *, weights, opt_step, decay, scale, project=True, fresh=True, hits=None):
+def reference(x, y, batches, w0, *, weights, opt_step, decay, scale, project=True, fresh=True, hits=None,
+              initial=None):
     """Seed 002's algorithms written out eagerly. ``weights(t)`` gives β0 at step t; ``opt_step(w, G, t)`` the
-    optimizer. Returns the weights and U after every step."""
+    optimizer; ``initial``: U₁ as a ``[2]`` row (None: the first visit sets u := ĝ). Returns the weights and U after
+    every step."""
     n, m = len(y), int(y.sum())
     lower, upper = omega(n, m)
 
@@ -107,7 +109,7 @@ def reference(x, y, batches, w0, *, weights, opt_step, decay, scale, project=Tru
             hits["lower"] |= bool((u < lower).any())
         return out
 
-    U = torch.full((m, 2), math.nan, dtype=torch.float64)
+    U = torch.full((m, 2), math.nan, dtype=torch.float64) if initial is None else initial.repeat(m, 1)
     w = w0.clone()
     out = []
     for t, b in enumerate(batches, 1):
@@ -215,6 +217,28 @@ def test_moapv2_decays_every_unsampled_row_each_step():
         before, after = steps[t - 1][1][others], steps[t][1][others]
         expected = torch.maximum(0.8 * before, lower)
         assert torch.allclose(after, expected, rtol=1e-14, equal_nan=True), t
+
+
+@pytest.mark.parametrize("cls", [MOAPV2, ADAP])
+def test_projected_zero_start_is_the_printed_algorithm(cls):
+    """U₁ = Π_Ω[0] (Algorithms 2–3 as printed): the first visit of a row takes Π_Ω[(1 − β0)U₁ + β0 (m/B) ĝ], so the
+    first ∇f is scaled by the m/B factor; the module equals the eager reference started at U₁."""
+    x, y, pos_index = toy_binary_data()
+    batches = dual_batches(x, y, pos_index, 60, positives=2, negatives=6)
+    opt = (lambda p: Momentum(p, lr=1.0, momentum_weight=0.3)) if cls is MOAPV2 else (
+        lambda p: AdaptiveMomentum(p, lr=0.05, momentum_weight=0.3, second_moment_weight=0.1))
+    module = make(cls, x, y, opt, ema_weight=0.3, initial_state="projected_zero")
+    w0 = module.model.net.weight.detach().flatten().clone()
+    steps = drive(module, batches)
+    lower, upper = omega(len(y), int(y.sum()))
+    start = torch.maximum(torch.minimum(torch.zeros(2, dtype=torch.float64), upper), lower)
+    step = momentum_step(const(1.0), const(0.3)) if cls is MOAPV2 else adap_step("adam", const(0.05), const(0.3), 0.1)
+    ref = reference(x, y, batches, w0, weights=const(0.3), opt_step=step, decay=True, scale=True, initial=start)
+    assert_same(steps, ref)
+    # the first estimate would have given another state (u := ĝ, without the factor) and another trajectory
+    other = drive(make(cls, x, y, opt, ema_weight=0.3), batches)
+    assert (other[0][1] - steps[0][1]).nan_to_num().abs().max() > 1e-3
+    assert (other[-1][0] - steps[-1][0]).abs().max() > 1e-3
 
 
 # ---------------------------------------------------------------------------------------------- ADAP

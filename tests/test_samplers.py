@@ -64,6 +64,31 @@ def test_resume_mid_epoch_continues_the_same_stream():
     assert batches(resumed, 3) == batches(DualSampler(LABELS, 16, 8, seed=1), 3)  # next epoch from the start
 
 
+def test_anchors_with_replacement_are_uniform_independent_draws():
+    """Each batch's positives are i.i.d. uniform over the positives (not a permutation walk): repeats occur within an
+    epoch's first m draws, every positive's share approaches 1/m, ranks still split each global batch, resume works."""
+    labels = torch.tensor([1] * 5 + [0] * 995)
+    sampler = DualSampler(labels, 8, 4, anchor_sampling="with_replacement", seed=0)
+    draws = [i for epoch in range(3) for b in batches(sampler, epoch) for i in b if labels[i] == 1]
+    counts = torch.bincount(torch.tensor(draws), minlength=5).double()
+    assert len(draws) == 3 * 249 * 4  # ⌈995 negatives / 4⌉ = 249 batches an epoch
+    assert torch.allclose(counts / len(draws), torch.full((5,), 0.2, dtype=torch.float64), atol=0.03)
+    first = [[i for i in b if labels[i] == 1] for b in batches(sampler, 0)[:5]]
+    assert any(len(set(p)) < len(p) for p in first) or len({i for p in first[:2] for i in p}) < 5  # not a permutation
+    walk = [[i for i in b if labels[i] == 1] for b in batches(DualSampler(labels, 8, 4, seed=0), 0)[:5]]
+    assert len(set(walk[0] + walk[1][:1])) == 5  # the default walks a permutation: 5 distinct before any repeat
+    full = batches(DualSampler(labels, 8, 4, anchor_sampling="with_replacement", seed=0))
+    ranks = [batches(DualSampler(labels, 8, 4, anchor_sampling="with_replacement", seed=0, rank=r, world_size=2))
+             for r in range(2)]
+    assert all(sorted(ranks[0][b] + ranks[1][b]) == sorted(full[b]) for b in range(len(full)))
+    resumed = DualSampler(labels, 8, 4, anchor_sampling="with_replacement", seed=0)
+    resumed.load_state_dict({"seed": 0, "epoch": 0, "batches_consumed": 7})
+    resumed.set_epoch(0)
+    assert list(resumed) == full[7:]
+    with pytest.raises(ValueError, match="anchor_sampling"):
+        DualSampler(labels, 8, 4, anchor_sampling="uniform")
+
+
 def test_dual_sampler_errors():
     with pytest.raises(ValueError, match="no positive"):
         DualSampler(torch.zeros(10), 4, 2)

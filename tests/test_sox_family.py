@@ -383,3 +383,28 @@ def test_presets_take_back_their_defining_arguments_and_refuse_others(tmp_path):
         make(MOAPV2, sizes, AveragePrecision(project=True), scale_by_n_over_B1=False)
     with pytest.raises(ValueError, match="SOAP is defined by u_for_gradient='fresh'"):
         make(SOAP, sizes, u_for_gradient="previous")
+
+
+def test_adap_and_soap_take_the_bias_correction_they_declare():
+    x, y, _ = toy_binary_data()
+    sizes = sizes_of(x, y)
+    corrected = lambda p: AdaptiveMomentum(p, lr=0.1, bias_correction=True)  # noqa: E731
+    plain = lambda p: AdaptiveMomentum(p, lr=0.1)  # noqa: E731
+    optimizer_of(make(ADAP, sizes, AveragePrecision(project=True), bias_correction=True, optimizer=corrected))
+    optimizer_of(make(SOAP, sizes, mode="adam", bias_correction=False, optimizer=plain))
+    with pytest.raises(ValueError, match="with bias correction"):
+        optimizer_of(make(ADAP, sizes, AveragePrecision(project=True), bias_correction=True, optimizer=plain))
+    with pytest.raises(ValueError, match="uncorrected Adam"):
+        optimizer_of(make(SOAP, sizes, mode="adam", bias_correction=False, optimizer=corrected))
+    default = optimizer_of(make(ADAP, sizes, AveragePrecision(project=True)))
+    assert default.param_groups[0]["second_moment_weight"] == ADAP.default_second_moment_weight
+    assert not default.param_groups[0]["bias_correction"]
+
+
+def test_initial_state_is_refused_where_the_state_has_its_own_rule():
+    from fccolit.algorithms.song import SOLC
+    from fccolit.objectives import SOLCListwiseCE
+
+    with pytest.raises(ValueError, match="does not take initial_state"):
+        SOLC(torch.nn.Linear(2, 1), SOLCListwiseCE(), data_sizes={"num_pairs": 4, "num_queries": 2, "num_items": 3},
+             initial_state="zero")

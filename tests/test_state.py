@@ -192,3 +192,63 @@ def test_update_touches_only_the_batch_rows():
     same = (s.value == snapshot) | (torch.isnan(s.value) & torch.isnan(snapshot))
     changed = torch.nonzero(~same.all(-1)).flatten()
     assert set(changed.tolist()) <= set(idx2.tolist())
+
+
+# ---------------------------------------------------------------------------------------------- initial state U₁
+@pytest.mark.parametrize("initial, start", [("zero", [0.0, 0.0]), ("projected_zero", [0.0, 0.5]), ([1.0, 2.0], [1.0, 2.0]),
+                                            (3.0, [3.0, 3.0])])
+def test_initial_state_applies_the_ordinary_update_on_the_first_visit(initial, start):
+    s = make(lower=[None, 0.5], upper=[10.0, 10.0], initial=initial)
+    start = torch.tensor([start], dtype=f64)
+    est = torch.tensor([[4.0, 6.0]], dtype=f64)
+    rec = s.update(torch.tensor([3]), est, ema_weight=0.25, sample_scale=2.0)
+    expected = torch.clamp(0.75 * start + 0.25 * 2.0 * est, torch.tensor([-math.inf, 0.5], dtype=f64),
+                           torch.tensor([10.0, 10.0], dtype=f64))
+    assert torch.equal(rec.previous, start) and torch.allclose(rec.current, expected)
+    assert rec.first_visit.tolist() == [True]
+    assert s.visited().tolist() == [False, False, False, True, False, False]
+    assert torch.equal(s.values()[0], start[0])  # unvisited rows read as U₁
+
+
+def test_first_estimate_ignores_the_scale_on_the_first_visit_but_zero_start_does_not():
+    first, zero = make(dim=1), make(dim=1, initial="zero")
+    est = torch.tensor([[2.0]], dtype=f64)
+    assert first.update(torch.tensor([0]), est, ema_weight=0.5, sample_scale=4.0).current.item() == 2.0
+    assert zero.update(torch.tensor([0]), est, ema_weight=0.5, sample_scale=4.0).current.item() == 4.0
+
+
+def test_initial_state_decays_like_any_row_and_lazy_equals_eager():
+    """With decay_unsampled, a row never visited holds Π_Ω[Π(1 − γ) U₁] when first read, as the eager algorithm."""
+    lower, upper = torch.tensor([-math.inf, 0.2], dtype=f64), torch.tensor([5.0, 5.0], dtype=f64)
+    s = make(rows=5, lower=[None, 0.2], upper=[5.0, 5.0], initial=[1.0, 3.0], decay_unsampled=True)
+    eager = torch.tensor([[1.0, 3.0]], dtype=f64).repeat(5, 1)
+    gen = torch.Generator().manual_seed(0)
+    for t in range(12):
+        gamma = 0.1 + 0.05 * (t % 3)
+        rows = torch.randperm(5, generator=gen)[:2]
+        est = torch.rand(2, 2, generator=gen, dtype=f64) * 4
+        new = torch.clamp((1 - gamma) * eager[rows] + gamma * 1.5 * est, lower, upper)
+        eager = torch.clamp((1 - gamma) * eager, lower, upper)
+        eager[rows] = new
+        s.update(rows, est, ema_weight=gamma, sample_scale=1.5)
+        assert torch.allclose(s.values(), eager, rtol=1e-12), t
+
+
+def test_initial_state_errors_and_reset():
+    with pytest.raises(ValueError, match="initial must be one of"):
+        make(initial="zeros")
+    with pytest.raises(ValueError, match="one finite value or 2"):
+        make(initial=[1.0, 2.0, 3.0])
+    s = make(initial="zero")
+    s.update(torch.tensor([1]), torch.ones(1, 2, dtype=f64), ema_weight=0.5)
+    s.reset()
+    assert not s.visited().any() and torch.equal(s.values(), torch.zeros(6, 2, dtype=f64))
+
+
+def test_share_at_bounds_counts_visited_rows_at_each_cap():
+    s = make(lower=[None, 0.5], upper=[1.0, 2.0])
+    s.update(torch.tensor([0, 1, 2, 3]), torch.tensor([[5.0, 0.1], [0.3, 0.1], [0.2, 1.0], [0.9, 3.0]], dtype=f64),
+             ema_weight=1.0)
+    at_lower, at_upper = s.share_at_bounds()
+    assert at_lower.tolist() == [0.0, 0.5]  # component 0 has no lower bound; rows 0, 1 sit at 0.5
+    assert at_upper.tolist() == [0.25, 0.25]  # row 0 at u1 ≤ 1, row 3 at u2 ≤ 2

@@ -26,7 +26,7 @@ from torch import nn
 from fccolit import distributed
 from fccolit.metrics import build_metric, metric_kind
 from fccolit.objectives.base import FCCOObjective, InnerBatch
-from fccolit.state import IndexedState, StateUpdate
+from fccolit.state import IndexedState, InitialState, StateUpdate
 
 OptimizerFactory = OptimizerCallable
 SchedulerFactory = LRSchedulerCallable
@@ -107,6 +107,12 @@ class FCCOModule(LightningModule):
         gradient_clip_val: clip gradients to this value (None: no clipping).
         gradient_clip_algorithm: ``"norm"`` or ``"value"``.
         state_dtype: dtype of the per-index state (``"float32"``; ``"float64"`` for exactness checks).
+        initial_state: how the per-index state ``u`` starts (U₁ of the papers): ``"first_estimate"`` (default: the
+            first visit sets ``u_i := ĝ_i``), ``"zero"`` (U₁ = 0), ``"projected_zero"`` (U₁ = Π_Ω[0], the papers'
+            algorithms as printed: Wang & Yang, ICML 2022, Alg. 1; Wang et al., AISTATS 2022, Alg. 1–3) or a value
+            per component; see :class:`~fccolit.state.IndexedState`. With a U₁ the first visit applies the ordinary
+            update, so the first ∇f is taken at ``(1 − γ) U₁ + γ s ĝ_i``. Algorithms whose state has its own rule
+            (SOLC's log-domain state, the pAUC thresholds) take only ``"first_estimate"``.
     """
 
     input_key = "x"
@@ -126,6 +132,7 @@ class FCCOModule(LightningModule):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str = "norm",
         state_dtype: str = "float32",
+        initial_state: InitialState = "first_estimate",
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -140,6 +147,7 @@ class FCCOModule(LightningModule):
         self.gradient_clip_val = gradient_clip_val
         self.gradient_clip_algorithm = gradient_clip_algorithm
         self.state_dtype = getattr(torch, state_dtype)
+        self.initial_state = initial_state
         if self.data_sizes and hasattr(model, "bind_sizes"):
             model.bind_sizes(self.data_sizes)
         if self.data_sizes and objective is not None:
@@ -158,16 +166,24 @@ class FCCOModule(LightningModule):
         self.register_buffer("_objective_sum", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("_objective_count", torch.zeros((), dtype=torch.float64), persistent=False)
         self.configure_state()
+        state = getattr(self, "state", None)
+        if initial_state != "first_estimate" and (not isinstance(state, IndexedState) or state.initial_value is None):
+            raise ValueError(
+                f"{type(self).__name__} does not take initial_state={initial_state!r}: its state has its own first-visit "
+                "rule (only 'first_estimate' applies)"
+            )
         self.save_hyperparameters(ignore=["model", "objective", "optimizer", "scheduler"])
 
     # ------------------------------------------------------------------ hooks for algorithms
     def configure_state(self) -> None:
-        """Create the per-index state. Default: one :class:`IndexedState` sized by the objective."""
+        """Create the per-index state. Default: one :class:`IndexedState` sized by the objective, started as
+        ``initial_state`` says."""
         if self.objective is not None:
-            self.state = self.make_state(self.objective.inner_dim, name="u")
+            self.state = self.make_state(self.objective.inner_dim, name="u", initial=self.initial_state)
 
     def make_state(self, dim: int, name: str, rows_key: str | None = None, **kwargs: Any) -> IndexedState:
-        """An :class:`IndexedState` with the objective's rows (or ``data_sizes[rows_key]``) and Ω."""
+        """An :class:`IndexedState` with the objective's rows (or ``data_sizes[rows_key]``) and Ω (``kwargs``: the
+        state's other options, e.g. ``initial``, ``decay_unsampled``)."""
         if not self.data_sizes:
             raise ValueError(
                 f"{type(self).__name__} needs data_sizes to size its per-index state: run it through the fccolit CLI "

@@ -55,9 +55,17 @@ class AveragePrecision(FCCOObjective):
     * ``"reweighted"`` (and the exact ``g_i``): seed 002's Ω, ``u_1 ≤ M·m``, ``C ≤ u_2 ≤ M·n`` on the sum
       scale and ``u_1 ≤ M·m/n``, ``C/n ≤ u_2 ≤ M`` on the mean scale. Every reweighted estimate lies in Ω.
     * ``"batch_mean"``: a batch may hold more positives than their share m/n (a DualSampler oversamples them),
-      so its estimates can exceed ``u_1 ≤ M·m/n``; Ω keeps only the bounds that hold for every batch:
-      ``u_1 ≤ M``, ``C/n ≤ u_2 ≤ M`` (mean; the self pair gives ``ĝ_2 ≥ C/|B| ≥ C/n``), and for the sum scale
-      (the batch mean times n) ``u_1 ≤ M·n``, ``C ≤ u_2 ≤ M·n``.
+      so its estimates can exceed ``u_1 ≤ M·m/n``; with ``omega_bounds="estimator"`` (default) Ω keeps only the
+      bounds that hold for every batch: ``u_1 ≤ M``, ``C/n ≤ u_2 ≤ M`` (mean; the self pair gives
+      ``ĝ_2 ≥ C/|B| ≥ C/n``), and for the sum scale (the batch mean times n) ``u_1 ≤ M·n``, ``C ≤ u_2 ≤ M·n``.
+      ``omega_bounds="paper"`` takes Wang et al.'s Ω as printed whatever the estimator (``u_1 ≤ M·m/n`` on the
+      mean scale): rows whose batch estimates exceed it sit at the cap. The share of rows at each cap is what
+      :meth:`fccolit.state.IndexedState.share_at_bounds` reports (logged by
+      :class:`~fccolit.callbacks.StateHistograms`).
+
+    With MOAP-V2 / ADAP's randomized coordinate update the new estimate is multiplied by ``m/B`` (m positives,
+    B sampled per step); unless ``β0·m/B ≤ 1`` the update ``(1 − β0)u + β0 (m/B) ĝ`` overshoots ĝ and the cap
+    clips it (on a9a with 10 positives per batch m/B = 784).
 
     The projection keeps ``∇f`` bounded (``u_2 ≥ C/n``) and is what MOAP-V2 / ADAP need for their decaying
     rows; it needs ``num_samples`` and ``num_positives``.
@@ -73,6 +81,8 @@ class AveragePrecision(FCCOObjective):
         inner_scale: ``"mean"`` or ``"sum"`` (above).
         score_range: r, the width of the interval holding the (transformed) scores, for Ω. None: 1 for sigmoid
             scores; required with ``project=True`` and ``score_transform="identity"`` (raw scores are unbounded).
+        omega_bounds: ``"estimator"`` (default: the box every estimate of ``inner_estimator`` lies in) or
+            ``"paper"`` (Wang et al. 2022's Ω, ``u_1 ≤ M·m`` on the sum scale, for either estimator); above.
 
     Batch fields: ``y`` ``[B]`` (1 positive, 0 negative) and ``pos_index`` ``[B]`` (row of each positive in the
     state, −1 for negatives).
@@ -104,8 +114,12 @@ class AveragePrecision(FCCOObjective):
         inner_estimator: str = "batch_mean",
         inner_scale: str = "mean",
         score_range: float | None = None,
+        omega_bounds: str = "estimator",
     ) -> None:
         super().__init__()
+        if omega_bounds not in ("estimator", "paper"):
+            raise ValueError(f"omega_bounds must be 'estimator' or 'paper', got {omega_bounds!r}")
+        self.omega_bounds = omega_bounds
         if score_transform not in ("sigmoid", "identity"):
             raise ValueError(f"score_transform must be 'sigmoid' or 'identity', got {score_transform!r}")
         if inner_estimator not in ("batch_mean", "reweighted"):
@@ -218,8 +232,8 @@ class AveragePrecision(FCCOObjective):
             if key not in sizes:
                 raise KeyError(f"AveragePrecision(project=True) derives Ω from the data sizes, which lack '{key}'")
         n, m = sizes["num_samples"], sizes["num_positives"]
-        if self.inner_estimator == "reweighted":
-            lower, upper = (None, c), (big_m * m, big_m * n)  # seed 002 §1.7, sum scale
+        if self.inner_estimator == "reweighted" or self.omega_bounds == "paper":
+            lower, upper = (None, c), (big_m * m, big_m * n)  # Wang et al. 2022 §3 (Ω), sum scale
         else:
             lower, upper = (None, c * 1.0), (big_m * n, big_m * n)
         if self.inner_scale == "mean":

@@ -23,9 +23,17 @@ class DualSampler(RankAwareBatchSampler):
     """Batches with a fixed number of positives and negatives (for AP / AUC / pAUC objectives).
 
     Each global batch holds ``num_positives`` positives followed by ``batch_size − num_positives`` negatives.
-    Positives and negatives each walk through random permutations of their class, so rare positives are
-    oversampled (repeated across passes) while negatives are seen once per epoch by default. Rank ``r`` gets
-    ``num_positives / W`` positives and the matching share of negatives.
+    Negatives walk through random permutations of their class (each seen once per epoch by default). Positives
+    (the outer indices, the anchors of AP / pAUC) are drawn as ``anchor_sampling`` says:
+
+    * ``"permutation"`` (default): walk through random permutations of the positives, so every positive is
+      visited once before any repeats (rare positives are oversampled across passes).
+    * ``"with_replacement"``: each batch's positives are drawn uniformly with replacement, independently of the
+      other batches, as the AUPRC papers' analysis samples B_t (Wang et al., "Momentum Accelerates the
+      Convergence of Stochastic AUPRC Maximization", AISTATS 2022, Alg. 1–3). A positive may then recur within a
+      batch (its state row gets one update with the mean estimate) or be revisited sooner.
+
+    Rank ``r`` gets ``num_positives / W`` positives and the matching share of negatives.
 
     Args:
         labels: ``[N]`` binary labels of the training set (1 positive).
@@ -33,7 +41,10 @@ class DualSampler(RankAwareBatchSampler):
         num_positives: positives per global batch P (default: ``max(1, round(pos_ratio · B))``).
         pos_ratio: share of positives per batch when ``num_positives`` is not given (default 0.5).
         num_batches: batches per epoch (default: one pass over the negatives, ``⌈N_neg / (B − P)⌉``).
+        anchor_sampling: ``"permutation"`` or ``"with_replacement"`` (above).
     """
+
+    ANCHOR_SAMPLING = ("permutation", "with_replacement")
 
     def __init__(
         self,
@@ -42,12 +53,19 @@ class DualSampler(RankAwareBatchSampler):
         num_positives: int | None = None,
         pos_ratio: float = 0.5,
         num_batches: int | None = None,
+        anchor_sampling: str = "permutation",
         *,
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
         super().__init__(seed=seed, rank=rank, world_size=world_size)
+        if anchor_sampling not in self.ANCHOR_SAMPLING:
+            raise ValueError(
+                f"DualSampler: anchor_sampling must be one of {', '.join(map(repr, self.ANCHOR_SAMPLING))}, "
+                f"got {anchor_sampling!r}"
+            )
+        self.anchor_sampling = anchor_sampling
         labels = torch.as_tensor(labels).reshape(-1)
         self.positives = torch.nonzero(labels == 1).flatten()
         self.negatives = torch.nonzero(labels != 1).flatten()
@@ -89,7 +107,10 @@ class DualSampler(RankAwareBatchSampler):
 
     def global_batches(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
         n, p = self._num_batches, self.num_positives
-        pos = _stream(self.positives, n * p, generator).view(n, p)
+        if self.anchor_sampling == "permutation":
+            pos = _stream(self.positives, n * p, generator).view(n, p)
+        else:
+            pos = self.positives[torch.randint(self.positives.numel(), (n, p), generator=generator)]
         neg = _stream(self.negatives, n * (self.batch_size - p), generator).view(n, -1)
         for b in range(n):
             # [pos | neg] with P and B − P multiples of W: the slice [r::W] takes P/W positives on every rank

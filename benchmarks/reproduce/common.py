@@ -1,0 +1,154 @@
+"""What every reproduction script shares: where the development data is, the paper-vs-ours table, the machine
+line, the results file.
+
+Each script under ``benchmarks/reproduce/`` reproduces one table or figure of one paper and writes
+``benchmarks/reproduce/results/<name>.md``: a header (claim, command, wall time, seeds, machine), a table with the
+paper's number, ours and the difference side by side (:func:`claim_table`), the sweeps of the knobs the paper
+leaves open (with the setting the shipped configs use marked), and a verdict per claim. ``python
+benchmarks/reproduce/collect.py`` assembles ``benchmarks/REPRODUCTION.md``.
+
+Only ``../shared/data/`` (development data) is read; the acceptance data beside it is never read from here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+RESULTS_DIR = HERE / "results"
+sys.path.insert(0, str(REPO))
+
+
+def shared_data(name: str) -> Path:
+    """``<repo>/../shared/data/<name>`` (override the parent with ``FCCOLIT_SHARED_DATA``)."""
+    root = Path(os.environ.get("FCCOLIT_SHARED_DATA", REPO.parent / "shared" / "data"))
+    path = root / name
+    if not path.exists():
+        raise SystemExit(f"{path} not found: the reproduction scripts need the development data in ../shared/data")
+    return path
+
+
+def machine() -> str:
+    import torch
+
+    return (f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s), "
+            f"Python {platform.python_version()}, torch {torch.__version__}, CPU")
+
+
+@dataclass
+class Claim:
+    """One row of the paper-vs-ours table.
+
+    ``paper``: the paper's number (None when the paper gives none: a claim about an ordering, or a baseline the
+    paper does not run); ``ours``: one value per seed; ``verdict``: "reproduced", "not reproduced: <why>", ...
+    """
+
+    label: str
+    paper: float | None
+    ours: Sequence[float]
+    verdict: str = ""
+    note: str = ""
+
+    @property
+    def mean(self) -> float:
+        vals = [v for v in self.ours if np.isfinite(v)]
+        return float(np.mean(vals)) if vals else math.nan
+
+    @property
+    def std(self) -> float:
+        vals = [v for v in self.ours if np.isfinite(v)]
+        return float(np.std(vals)) if len(vals) > 1 else 0.0
+
+
+def fmt(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "—"
+    if not np.isfinite(value):
+        return "nan"
+    return f"{value:.{digits}f}"
+
+
+def claim_table(claims: Sequence[Claim], metric: str, digits: int = 4) -> list[str]:
+    """Markdown rows: label | paper | ours (mean ± std over seeds) | ours − paper | verdict."""
+    lines = [f"| | paper {metric} | ours {metric} (mean ± std) | ours − paper | verdict |", "|---|---:|---:|---:|---|"]
+    for c in claims:
+        diff = None if c.paper is None else c.mean - c.paper
+        sign = "" if diff is None or not np.isfinite(diff) else ("+" if diff >= 0 else "")
+        lines.append(
+            f"| {c.label} | {fmt(c.paper, 3)} | {fmt(c.mean, digits)} ± {fmt(c.std, digits)} | "
+            f"{sign}{fmt(diff, digits) if diff is not None else '—'} | {c.verdict}{(' ' + c.note) if c.note else ''} |"
+        )
+    return lines
+
+
+def grid_table(row_label: str, col_label: str, rows: Sequence, cols: Sequence, value, digits: int = 4,
+               mark: tuple | None = None) -> list[str]:
+    """A sweep as a markdown grid: ``value(row, col)`` in each cell; ``mark = (row, col)`` is bolded (the
+    setting the shipped config uses)."""
+    lines = [f"| {row_label} \\ {col_label} | " + " | ".join(str(c) for c in cols) + " |",
+             "|---|" + "---:|" * len(cols)]
+    for r in rows:
+        cells = []
+        for c in cols:
+            text = fmt(value(r, c), digits)
+            cells.append(f"**{text}**" if mark == (r, c) else text)
+        lines.append(f"| {r} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def header(title: str, command: str, seconds: float, seeds: Sequence[int], protocol: str) -> list[str]:
+    return [
+        f"## {title}",
+        "",
+        f"Command: `{command}` ({seconds / 60:.1f} min). Seeds: {', '.join(map(str, seeds))}. Machine: {machine()}.",
+        "",
+        protocol,
+        "",
+    ]
+
+
+def write_result(name: str, lines: Sequence[str]) -> Path:
+    """Write ``benchmarks/reproduce/results/<name>.md`` and print it."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.md"
+    text = "\n".join(lines).rstrip() + "\n"
+    path.write_text(text)
+    print(text)
+    return path
+
+
+def save_plot(name: str, draw) -> str:
+    """``draw(plt)`` draws a figure; it is saved as ``results/<name>.png``; returns the markdown image line (or a
+    note when matplotlib is missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "(matplotlib is not installed: no plot; the table above holds the same numbers.)"
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    fig = draw(plt)
+    fig.tight_layout()
+    fig.savefig(RESULTS_DIR / f"{name}.png", dpi=110)
+    plt.close(fig)
+    return f"![{name}]({name}.png)"
+
+
+@dataclass
+class Stopwatch:
+    start: float = field(default_factory=time.perf_counter)
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
