@@ -171,6 +171,12 @@ class ThresholdTracker(nn.Module):
         self.state.update(index, new.unsqueeze(-1), ema_weight=1.0, synced=synced)
 
     @torch.no_grad()
+    def restart_sum_(self) -> None:
+        """End of an SBCD call that outputs its last iterate: keep λ as it is, reset the running sum."""
+        self.total.zero_()
+        self.mark.zero_()
+
+    @torch.no_grad()
     def average_(self, steps: int) -> None:
         """End of an SBCD call: ``λ ← λ̄ = (total + (T − mark) λ) / T`` on visited rows (the next call's warm start);
         reset the sum. O(num_rows), once per call of ``T`` steps."""
@@ -445,8 +451,17 @@ class PAUCRange(_RankedRangeModule):
         lambda_lr: c of the threshold step θ_t = c/((k+1)N₋) (None: ``lr``, as in the paper).
         inner_steps: C in ``T_k = C(k+1)^p`` (default 50, the paper's).
         inner_growth: p (default 2, the paper's; 0 gives a constant T).
+        max_inner_steps: an upper bound on ``T_k`` (None, the default: the paper's unbounded ``C(k+1)^p``). With
+            the paper's schedule a budget of S batches reaches only about ``(3S/(2C))^{1/3}`` outer steps (3 in
+            2,600 batches at C = 50), so the anchor w moves only a few times; a cap keeps outer steps coming at a
+            fixed budget. An option, not the paper's schedule.
         step_decay: ``c_k = c/(k+1)`` (the paper's) or a constant c.
         lambda_init: ``"batch"`` or a number (see :class:`ThresholdTracker`).
+        inner_output: what an SBCD call returns as the prox point ``v̄`` and the next warm start ``λ̄``:
+            ``"average"`` (the default, Algorithm 1's output ``(1/T) Σ_{t<T} (v^{(t)}, λ^{(t)})``) or ``"last"``
+            (the last iterate ``(v^{(T)}, λ^{(T)})``, as DCA's Algorithm 4 outputs). The average starts at
+            ``v^{(0)} = w``, so with few outer steps it lags the iterates by about T/2 steps; the last iterate does
+            not, but carries the last steps' noise. An option, not the paper's method.
         evaluate: ``"prox"`` or ``"anchor"`` (see above).
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`. The optimizer defaults to plain SGD (the
             paper's step); the module sets its learning rate, so no scheduler is accepted. The thresholds are
@@ -473,6 +488,8 @@ class PAUCRange(_RankedRangeModule):
         step_decay: bool = True,
         lambda_init: str | float = "batch",
         evaluate: str = "prox",
+        max_inner_steps: int | None = None,
+        inner_output: str = "average",
         **kwargs: Any,
     ) -> None:
         if not (math.isfinite(mu) and mu > 0.0):
@@ -482,6 +499,12 @@ class PAUCRange(_RankedRangeModule):
         _check_common(lr, lambda_lr, inner_steps, inner_growth, lambda_init)
         if evaluate not in ("prox", "anchor"):
             raise ValueError(f"evaluate must be 'prox' (v̄_n, Algorithm 2's output) or 'anchor' (w), got {evaluate!r}")
+        if max_inner_steps is not None and int(max_inner_steps) < 1:
+            raise ValueError(f"max_inner_steps (the cap on T_k) must be >= 1 or None, got {max_inner_steps}")
+        if inner_output not in ("average", "last"):
+            raise ValueError(f"inner_output must be 'average' (Algorithm 1's output) or 'last', got {inner_output!r}")
+        self.max_inner_steps = None if max_inner_steps is None else int(max_inner_steps)
+        self.inner_output = inner_output
         self.mu, self.gamma, self.lr = float(mu), float(gamma), float(lr)
         self.lambda_lr = float(lr if lambda_lr is None else lambda_lr)
         self.inner_steps, self.inner_growth, self.step_decay = int(inner_steps), float(inner_growth), bool(step_decay)
@@ -509,8 +532,10 @@ class PAUCRange(_RankedRangeModule):
 
     # ------------------------------------------------------------------ schedule
     def inner_steps_at(self, outer: int) -> int:
-        """T_k."""
-        return _inner_steps(self.inner_steps, self.inner_growth, outer)
+        """T_k (at most ``max_inner_steps`` when it is set)."""
+        steps = _inner_steps(self.inner_steps, self.inner_growth, outer)
+        cap = getattr(self, "max_inner_steps", None)
+        return steps if cap is None else min(steps, cap)
 
     def step_sizes(self, outer: int) -> tuple[float, float]:
         """``(c_k, θ'_k)``: the v and λ step sizes at outer step k (scale-free)."""
@@ -556,14 +581,23 @@ class PAUCRange(_RankedRangeModule):
 
     @torch.no_grad()
     def _finish_branch(self, steps: int) -> None:
-        """End of an SBCD call: average, then switch branch or take the outer step; restart v at the anchor."""
-        v_bar = self.v_sum / steps
+        """End of an SBCD call: average (or keep the last iterate, ``inner_output``), then switch branch or take the
+        outer step; restart v at the anchor."""
+        last = self.inner_output == "last"
+        v_bar = self.flat() if last else self.v_sum / steps
+
+        def finish(tracker: ThresholdTracker) -> None:
+            if last:
+                tracker.restart_sum_()
+            else:
+                tracker.average_(steps)
+
         if self.loop["branch"] == self.M_BRANCH:
-            self.lambda_m.average_(steps)
+            finish(self.lambda_m)
             self.v_bar_m.copy_(v_bar)
             self.loop["branch"] = self.N_BRANCH
         else:
-            self.lambda_n.average_(steps)
+            finish(self.lambda_n)
             v_m = self.v_bar_m if self.has_m_branch else self.anchor  # α = 0: v_{μf^0}(w) = w
             difference = v_m - v_bar
             self.log_loop(always=True, moreau_grad_norm=float(difference.norm()) / self.mu)

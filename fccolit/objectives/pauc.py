@@ -272,9 +272,18 @@ class PartialAUCRange(RankedRangeObjective):
     non-increasing in the margin ``h_i⁺ − h_j⁻`` as the DC form needs). ``alpha = 0, beta = 1`` is the plain
     pairwise AUC surrogate.
 
+    Score transform. ``score_transform="identity"`` (the default, the paper's eq. (3)) takes the pair margin on the
+    raw scores, ``h_i⁺ − h_j⁻``; ``"sigmoid"`` takes it on ``σ(h)``, ``σ(h_i⁺) − σ(h_j⁻) ∈ (−1, 1)``, as LibAUC's
+    pAUC losses are used (its examples pass the model's output through a sigmoid, with the squared hinge of margin
+    1). σ is increasing, so the negatives' ranking, the pAUC and the DC structure (ℓ non-increasing in the margin)
+    are unchanged; the surrogate's values become bounded (``≤ (1 + margin)²`` for the squared hinge), which keeps a
+    squared hinge from blowing up under the paper's large scale-free steps c. The paper leaves ℓ and the score open
+    beyond "ℓ(z) = log(1 + e^{−z})" on a linear h; this is an option, not the paper's setting.
+
     Args:
         alpha, beta: the FPR range (default [0.05, 0.5], the paper's test range).
         surrogate, margin, scale: ℓ (see :func:`fccolit.surrogates.pairwise_surrogate`).
+        score_transform: ``"identity"`` (paper) or ``"sigmoid"`` (see above).
 
     Batch fields: ``y`` ``[B]`` (1 positive, 0 negative) and ``pos_index`` ``[B]`` (row of each positive, −1 for
     negatives). Default metrics: ``pauc_{α}_{β}`` (e.g. ``pauc_0.05_0.5``) and ``auroc``.
@@ -282,14 +291,29 @@ class PartialAUCRange(RankedRangeObjective):
 
     state_rows: ClassVar[str] = "num_positives"
 
+    SCORE_TRANSFORMS: ClassVar[tuple[str, ...]] = ("identity", "sigmoid")
+
     def __init__(
-        self, alpha: float = 0.05, beta: float = 0.5, surrogate: str = "logistic", margin: float = 1.0, scale: float = 1.0
+        self,
+        alpha: float = 0.05,
+        beta: float = 0.5,
+        surrogate: str = "logistic",
+        margin: float = 1.0,
+        scale: float = 1.0,
+        score_transform: str = "identity",
     ) -> None:
         super().__init__(alpha, beta, surrogate, margin, scale)
+        if score_transform not in self.SCORE_TRANSFORMS:
+            raise ValueError(f"score_transform must be one of {self.SCORE_TRANSFORMS}, got {score_transform!r}")
+        self.score_transform = score_transform
         self.default_metrics = (f"pauc_{self.alpha:g}_{self.beta:g}", "auroc")
 
+    def transform(self, scores: torch.Tensor) -> torch.Tensor:
+        """The scores the pair margins are taken on: ``h`` or ``σ(h)`` (``score_transform``)."""
+        return torch.sigmoid(scores) if self.score_transform == "sigmoid" else scores
+
     def losses(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> RankedRangeBatch:
-        s = scores.reshape(-1)
+        s = self.transform(scores.reshape(-1))
         y = batch["y"].reshape(-1)
         pos = (y == 1).nonzero().flatten()
         neg = (y != 1).nonzero().flatten()
@@ -319,7 +343,8 @@ class PartialAUCRange(RankedRangeObjective):
             if columns.numel() == 0:
                 return grad
             for rows in pos.split(chunk_rows):
-                losses = self.loss(h.index_select(0, columns).unsqueeze(0) - h.index_select(0, rows).unsqueeze(1))
+                t = self.transform(h)  # monotone: the ranking above is the same on h and σ(h)
+                losses = self.loss(t.index_select(0, columns).unsqueeze(0) - t.index_select(0, rows).unsqueeze(1))
                 (part,) = torch.autograd.grad((losses * weight).sum() / denominator, h)
                 grad += part
         return grad
