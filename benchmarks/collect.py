@@ -12,12 +12,13 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["fcco_overhead", "libauc_compare", "ndcg_eval", "state_scale", "step_overhead", "song_step", "ranking_data", "image_loaders", "bias_floor", "auprc_a9a", "pauc_a9a",
+ORDER = ["fcco_overhead", "libauc_compare", "ndcg_eval", "state_scale", "step_overhead", "song_step", "ranking_data", "image_loaders", "bias_floor", "pauc_a9a",
          "fairness_adult", "gdro_synthetic"]
 HEADER = """# Benchmark results
 
 Every table below was produced by the script and command it names, on the machine it names; timings are ratios
 measured side by side in one run. Regenerate a section by rerunning its script, then `python benchmarks/collect.py`.
+The papers' tables (quality, against the papers' numbers) are in [REPRODUCTION.md](REPRODUCTION.md).
 """
 
 

@@ -1,5 +1,8 @@
 """Every speed benchmark in one command: ``python benchmarks/run.py [--quick]`` (``make bench`` runs ``--quick``).
 
+``python benchmarks/run.py --reproduce [--quick]`` instead runs every paper-reproduction script of
+``benchmarks/reproduce/`` (their ``--quick`` modes with ``--quick``) and assembles ``benchmarks/REPRODUCTION.md``.
+
 Runs, each writing its ``benchmarks/results/<name>.md``, then assembles ``benchmarks/RESULTS.md``
 (``benchmarks/collect.py``):
 
@@ -46,7 +49,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="reduced sizes (under 10 minutes on 2 cores)")
     ap.add_argument("--skip", nargs="*", default=[], help="benchmark names to leave out")
+    ap.add_argument("--reproduce", action="store_true",
+                    help="run the paper-reproduction scripts of benchmarks/reproduce/ instead, then write REPRODUCTION.md")
     args = ap.parse_args()
+    if args.reproduce:
+        reproduce(args.quick, args.skip)
+        return
     quick = ["--quick"] if args.quick else []
     command = "python benchmarks/run.py" + " --quick" * args.quick
     start = time.perf_counter()
@@ -94,6 +102,19 @@ def main() -> None:
     # libauc_speedup_min: the smallest fccolit / LibAUC speed-up of libauc_compare.py (nan without LibAUC). The data
     # path ratios of ranking_data.py (different work on each side) are reported there, not counted here.
     print(f"summary: fcco_overhead_max={fmt(ratios, max)} libauc_speedup_min={fmt(speedups, min)}")
+
+
+def reproduce(quick: bool, skip: list[str]) -> None:
+    """Every script of benchmarks/reproduce/ in collect.py's order (a failure is reported, the others still run)."""
+    sys.path.insert(0, str(HERE / "reproduce"))
+    from collect import SCRIPTS
+
+    start = time.perf_counter()
+    for name in SCRIPTS:
+        if name not in skip and (HERE / "reproduce" / f"{name}.py").exists():
+            sub([f"benchmarks/reproduce/{name}.py", *(["--quick"] if quick else [])], required=False)
+    sub(["benchmarks/reproduce/collect.py"])
+    print(f"all reproduction scripts: {time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":

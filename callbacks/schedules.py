@@ -99,7 +99,7 @@ class HyperParameterSchedule(Callback):
         """Set every scheduled number for step ``t``; return the values of the first parameter group.
 
         :meth:`start` and :meth:`apply` are what the Lightning hooks call; a loop outside Lightning can call them
-        itself (``benchmarks/auprc_a9a.py``)."""
+        itself (``benchmarks/reproduce/auprc_linear.py``)."""
         if self.initial is None:
             raise RuntimeError(f"{type(self).__name__}.apply before start(): the initial values are unknown")
         shown: dict[str, float] = {}

@@ -56,6 +56,6 @@ class StateHistograms(Callback):
             rows = torch.nonzero(visited).flatten()
             if rows.numel() > self.max_rows:  # a uniform subsample keeps the histogram cheap for huge tables
                 rows = rows[torch.randperm(rows.numel(), generator=torch.Generator().manual_seed(step))[: self.max_rows]]
-            values = state._read(rows.to(state.value.device)).float().cpu()
+            values = state.read(rows.to(state.value.device)).float().cpu()
             for c in range(state.dim):
                 trainer.logger.experiment.add_histogram(f"state/{tag}/{c}", values[:, c], global_step=step)

@@ -174,9 +174,9 @@ class IndexedState(nn.Module):
             return torch.clamp(x, self.lower, self.upper)
         return torch.clamp(x, self.lower.to(x.dtype), self.upper.to(x.dtype))
 
-    def _read(self, rows: torch.Tensor) -> torch.Tensor:
-        """Current value of ``rows`` with any pending lazy decay applied (unvisited rows: U₁ decayed like any row,
-        or NaN with ``initial="first_estimate"``)."""
+    def read(self, rows: torch.Tensor) -> torch.Tensor:
+        """``[R, dim]``: the current value of ``rows`` (``[R]`` long) with any pending lazy decay applied (unvisited
+        rows: U₁ decayed like any row, or NaN with ``initial="first_estimate"``)."""
         u = self.value.index_select(0, rows)
         if self.initial_value is not None:
             u = torch.where(torch.isnan(u), self.initial_value, u)
@@ -188,23 +188,23 @@ class IndexedState(nn.Module):
     def values(self) -> torch.Tensor:
         """The whole table ``[num_rows, dim]`` with pending decay applied (unvisited rows: U₁, or NaN with
         ``initial="first_estimate"``; :meth:`visited` tells them apart)."""
-        return self._read(torch.arange(self.num_rows, device=self.value.device))
+        return self.read(torch.arange(self.num_rows, device=self.value.device))
 
     def visited(self) -> torch.Tensor:
         """``[num_rows]`` bool: rows that have been written at least once."""
         return ~torch.isnan(self.value[:, 0])
 
     @torch.no_grad()
-    def share_at_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(at_lower [dim], at_upper [dim])``: the share of visited rows whose component sits at Ω's lower / upper
-        bound (0 for an infinite bound; 0 when no row is visited). A large share says the projection, not the
-        estimate, sets those rows (e.g. MOAP-V2 / ADAP with β0·m/B > 1)."""
-        visited = self.visited()
-        count = int(visited.sum())
-        if count == 0:
+    def share_at_bounds(self, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(at_lower [dim], at_upper [dim])``: the share of ``rows`` (``[R, dim]`` values, e.g. a step's updated rows;
+        default: every visited row as read now) whose component sits at Ω's lower / upper bound (0 for an infinite
+        bound; 0 for no row). A large share says the projection, not the estimate, sets those rows (e.g. MOAP-V2 /
+        ADAP with β0·m/B > 1). Unsampled rows of a decaying state drift off the caps, so a step's own rows show what
+        the gradient used."""
+        u = self.read(torch.nonzero(self.visited()).flatten()) if rows is None else rows
+        if u.shape[0] == 0:
             zero = torch.zeros(self.dim, dtype=torch.float64)
             return zero, zero.clone()
-        u = self._read(torch.nonzero(visited).flatten())
         at_lower = (u <= self.lower) & torch.isfinite(self.lower)
         at_upper = (u >= self.upper) & torch.isfinite(self.upper)
         return at_lower.double().mean(0).cpu(), at_upper.double().mean(0).cpu()
@@ -310,7 +310,7 @@ class IndexedState(nn.Module):
             local = inverse
 
         unvisited = torch.isnan(self.value.index_select(0, rows))  # rows are NaN in every component or in none
-        old = self._read(rows)  # unvisited: U₁ (decayed), or NaN for the first estimate
+        old = self.read(rows)  # unvisited: U₁ (decayed), or NaN for the first estimate
         first_estimate = self.initial_value is None
         if first_estimate:
             old = torch.where(unvisited, est, old)  # first visit: u^{t−1} := ĝ_i

@@ -67,3 +67,30 @@ def test_step_values_reach_the_logger_every_n_steps_and_epoch_means_are_exact(tm
         assert log_calls.count(name) == steps // 5, log_calls  # steps 5, 10, ...
         expected = torch.cat(estimates).mean()
         assert torch.allclose(trainer.callback_metrics[f"{name}_epoch"].double(), expected, rtol=1e-6)
+
+
+def test_paper_options_from_the_command_line_and_the_share_of_rows_at_omegas_caps(tmp_path):
+    """initial_state, anchor_sampling and omega_bounds are reachable from YAML / the CLI, and a projected state logs
+    the share of its visited rows at each finite bound of Ω."""
+    main([
+        "fit", "--config", str(ROOT / "configs" / "quickstart.yaml"),
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "6", "--trainer.limit_val_batches", "1",
+        "--trainer.log_every_n_steps", "1", "--trainer.logger.init_args.save_dir", str(tmp_path),
+        "--trainer.enable_progress_bar", "false", "--model.init_args.initial_state", "projected_zero",
+        "--model.init_args.objective.init_args.project", "true",
+        "--model.init_args.objective.init_args.omega_bounds", "paper",
+        "--data.init_args.anchor_sampling", "with_replacement",
+    ])
+    events = EventAccumulator(str(next(tmp_path.rglob("events.out.tfevents*")).parent))
+    events.Reload()
+    scalars = set(events.Tags()["scalars"])
+    assert {"state/u/at_upper/0", "state/u/at_upper/1", "state/u/at_lower/1"} <= scalars
+    assert "state/u/at_lower/0" not in scalars  # u₁ has no lower bound
+    shares = [events.Scalars(tag)[-1].value for tag in ("state/u/at_upper/0", "state/u/at_upper/1", "state/u/at_lower/1")]
+    assert all(0.0 <= v <= 1.0 for v in shares)
+    step_tags = {"train/u_at_upper/0", "train/u_at_upper/1", "train/u_at_lower/1"}
+    assert step_tags <= scalars and "train/u_at_lower/0" not in scalars  # the step's own rows, every logged step
+    assert len(events.Scalars("train/u_at_upper/0")) == 6
+    assert all(0.0 <= e.value <= 1.0 for tag in step_tags for e in events.Scalars(tag))
+    hparams = (next(tmp_path.rglob("hparams.yaml"))).read_text()
+    assert "initial_state: projected_zero" in hparams

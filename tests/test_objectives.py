@@ -352,6 +352,14 @@ def test_ap_omega_is_seed_002s_box_and_holds_every_estimate(surrogate, margin, s
             if estimator == "batch_mean" and scale_name == "mean":
                 exceeds_seed_002 |= bool((value[:, 0] > big_m * m / n).any())
     assert exceeds_seed_002  # why the batch mean cannot use seed 002's u_1 ≤ M·m/n
+    # ... unless asked to: omega_bounds="paper" is the printed Ω for either estimator (estimates above it are capped)
+    for scale_name, (lower, upper) in {"sum": ((None, c), (big_m * m, big_m * n)),
+                                       "mean": ((None, c / n), (big_m * m / n, big_m))}.items():
+        obj = AveragePrecision(inner_scale=scale_name, omega_bounds="paper", **kw)
+        got_lower, got_upper = obj.state_bounds(sizes)
+        assert got_lower[1] == pytest.approx(lower[1], rel=1e-12) and got_upper == pytest.approx(upper, rel=1e-12)
+    with pytest.raises(ValueError, match="omega_bounds"):
+        AveragePrecision(omega_bounds="printed")
 
 
 def test_ap_options_fail_clearly():

@@ -13,13 +13,15 @@ Only ``../shared/data/`` (development data) is read; the acceptance data beside 
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import platform
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -152,3 +154,38 @@ class Stopwatch:
     @property
     def seconds(self) -> float:
         return time.perf_counter() - self.start
+
+
+class Runner:
+    """Runs ``run(setting, seed) -> dict`` for many (setting, seed) jobs in forked worker processes (one torch
+    thread each), memoized: stages that share a setting run it once. ``run`` must be a module-level function and
+    ``setting`` hashable (a frozen dataclass); load shared data before the first call so the workers inherit it."""
+
+    def __init__(self, run: Callable[[Any, int], dict], workers: int = 2) -> None:
+        self.run, self.workers = run, workers
+        self.done: dict[tuple[Hashable, int], dict] = {}
+        ctx = multiprocessing.get_context("fork")
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx) if workers > 1 else None
+
+    def many(self, jobs: Sequence[tuple[Hashable, int]]) -> list[dict]:
+        todo = [j for j in dict.fromkeys(jobs) if j not in self.done]
+        results = self.pool.map(_call, [(self.run, *j) for j in todo]) if self.pool else map(_call, [(self.run, *j) for j in todo])
+        for job, result in zip(todo, results):
+            self.done[job] = result
+        return [self.done[j] for j in jobs]
+
+    def tune(self, settings: Sequence[Hashable], score: Callable[[dict], float], seed: int = 0) -> tuple[Any, list[dict]]:
+        """The setting with the largest finite ``score`` of seed ``seed``'s run, and every setting's result."""
+        results = self.many([(s, seed) for s in settings])
+        finite = [(s, r) for s, r in zip(settings, results) if np.isfinite(score(r))]
+        if not finite:
+            raise RuntimeError("every setting of the grid diverged")
+        return max(finite, key=lambda sr: score(sr[1]))[0], results
+
+
+def _call(job):
+    run, setting, seed = job
+    import torch
+
+    torch.set_num_threads(1)
+    return run(setting, seed)

@@ -253,10 +253,24 @@ class FCCOModule(LightningModule):
                 self.update_state(inner, synced)  # the other ranks' rows still arrive through its collectives
             return scores.sum() * 0.0, None
         u, record = self.update_state(inner, synced)
+        self.log_rows_at_bounds(self.state, record.current)
         weight = self.objective.outer_grad(u, inner.context).detach().to(inner.value.dtype)
         with torch.no_grad():
             estimate = self.objective.outer(record.current, inner.context)
         return (weight * inner.value).sum(-1).mean(), estimate
+
+    def log_rows_at_bounds(self, state: IndexedState, rows: torch.Tensor) -> None:
+        """On the steps the logger writes, for a state projected onto a box Ω: ``train/<state>_at_lower/<c>`` and
+        ``train/<state>_at_upper/<c>``, the share of this step's updated rows (``[R, dim]``) that sit at each finite
+        bound of component c, i.e. rows the projection rather than the estimate sets (this rank's rows)."""
+        if not state.has_bounds or not getattr(self, "_write_logs", False) or self._trainer is None:
+            return
+        at_lower, at_upper = state.share_at_bounds(rows)
+        for c in range(state.dim):
+            if torch.isfinite(state.lower[c]):
+                self.log(f"train/{state.name}_at_lower/{c}", at_lower[c].item(), on_step=True, on_epoch=False)
+            if torch.isfinite(state.upper[c]):
+                self.log(f"train/{state.name}_at_upper/{c}", at_upper[c].item(), on_step=True, on_epoch=False)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         loss, estimate = self.compositional_loss(self(batch), batch)
