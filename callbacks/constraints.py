@@ -12,7 +12,10 @@ from fccolit import distributed
 from fccolit.data import identity_collate
 from fccolit.samplers import SequentialShardSampler
 
-__all__ = ["ConstraintViolationLogger", "constraint_values", "accumulate_constraint_statistics"]
+__all__ = [
+    "ConstraintViolationLogger", "constraint_values", "constraint_means", "kkt_multipliers",
+    "accumulate_constraint_statistics",
+]
 
 
 def _objective(pl_module: LightningModule):
@@ -47,6 +50,21 @@ def constraint_values(
 ) -> torch.Tensor:
     """``h_i`` on the data whose statistics are ``sums`` / ``counts``, summed over every rank first (exact for any
     split of the data into shards). Every rank must call it (collective under DDP). NaN where a count is zero."""
+    return _objective(pl_module).constraint_values(constraint_means(pl_module, sums, counts))
+
+
+def kkt_multipliers(pl_module: LightningModule, means: torch.Tensor) -> torch.Tensor:
+    """``ν_i = (1/m) ∇f_λ(g_i(w))`` at the exact (full-data) inner values ``means [m, d']`` of the evaluated
+    parameters w: the multipliers of seed 004 Prop. 5.2 (its proof, eq. (33): ``ν_i = (1/(λm)) min{[h_i]_+, λρ}``
+    for the smoothed hinge), with ŵ taken as w. λ is the module's ``lam`` (0 when it has none: then ``∂p(h_i)/m``,
+    the exact penalty's slope)."""
+    return _objective(pl_module).multipliers(means, float(getattr(pl_module, "lam", 0.0) or 0.0))
+
+
+def constraint_means(
+    pl_module: LightningModule, sums: torch.Tensor | None, counts: torch.Tensor | None
+) -> torch.Tensor:
+    """The full-data inner values ``g_i = Σ / count`` ``[m, d']``, reduced over every rank first (collective)."""
     objective = _objective(pl_module)
     m, dim = objective.num_constraints, objective.inner_dim
     device = pl_module.device
@@ -56,13 +74,13 @@ def constraint_values(
     totals = torch.stack([sums, counts])
     if distributed.is_distributed():
         torch.distributed.all_reduce(totals)
-    means = totals[0] / totals[1]  # 0/0 = NaN: a constraint without data
-    return objective.constraint_values(means)
+    return totals[0] / totals[1]  # 0/0 = NaN: a constraint without data
 
 
 class ConstraintViolationLogger(Callback):
     r"""Logs each constraint ``h_i ≤ 0`` of a :class:`~fccolit.objectives.constrained.ConstrainedObjective` on its
-    full data, the worst one, how many are violated, and the penalty's weight per constraint.
+    full data, the worst one, how many are violated, the KKT multipliers at the evaluated parameters and the
+    penalty's weight per constraint from the algorithm's tracked duals.
 
     Every ``every_n_epochs`` epochs, for each stage in ``stages`` (``"val"``, ``"test"``: the evaluation data,
     piggy-backing on the evaluation loop with one extra no-grad forward per batch; ``"train"``: one pass over the
@@ -72,8 +90,15 @@ class ConstraintViolationLogger(Callback):
                                    says which is which, e.g. tpr_gap@-3)
         {stage}/max_violation      max_i h_i (the paper's "worst constraint value"; ≤ 0 means feasible)
         {stage}/num_violated       #{i : h_i > 0}
-        {stage}/multiplier_<i>     (1/m) ∂p_λ(h_i(u_i)) from the algorithm's state: the KKT multiplier estimate
-                                   ν_i for a smoothed hinge, the penalty weight for a hinge or squared hinge
+        {stage}/kkt_multiplier_<i> ν_i = (1/m) ∇f_λ(g_i(w)) at the stage's full-data inner values of the evaluated
+                                   parameters w: the multipliers of seed 004 Prop. 5.2 with ŵ = w (λ: the
+                                   module's ``lam``; for λ = 0 the exact penalty's slope ∂p(h_i)/m)
+        {stage}/penalty_weight_<i> (1/m) ∂p_λ(h_i(u_i)) from the algorithm's *tracked* inner values u_i (the
+                                   duals y_i = ∇f_λ(u_i) it used last, scaled by 1/m): what the estimator weighs
+                                   constraint i with, not a KKT multiplier (u_i averages mini-batch estimates at
+                                   past iterates: for ALEXR2 the inner iterates z, not the evaluated anchor w_t)
+        {stage}/multiplier_<i>     the same values as penalty_weight_<i>, under the tag used before the two were
+                                   told apart (``legacy_multiplier_tags``)
 
     Exact across DDP ranks: every rank sums ``(Σ, count)`` per constraint over its shard, the sums are all-reduced
     and divided once, so unequal shards (the evaluation samplers never pad) give the single-process value. The
@@ -83,7 +108,10 @@ class ConstraintViolationLogger(Callback):
         every_n_epochs: log every N epochs (epoch e is logged when (e + 1) % N == 0).
         stages: any of ``"train"``, ``"val"``, ``"test"`` (``"test"`` is logged whenever ``trainer.test`` runs).
         log_each: log every constraint's value (False: only the max and the count).
-        log_weights: log the multipliers / penalty weights (modules with ``constraint_weights()``).
+        log_weights: log the penalty weights from the tracked duals (modules with ``penalty_weights()`` or the
+            older ``constraint_weights()``).
+        log_kkt_multipliers: log the Prop. 5.2 multipliers from the full-data constraint values.
+        legacy_multiplier_tags: also log the penalty weights as ``{stage}/multiplier_<i>`` (the old tag name).
     """
 
     def __init__(
@@ -92,6 +120,8 @@ class ConstraintViolationLogger(Callback):
         stages: Sequence[str] = ("train", "val", "test"),
         log_each: bool = True,
         log_weights: bool = True,
+        log_kkt_multipliers: bool = True,
+        legacy_multiplier_tags: bool = True,
     ) -> None:
         unknown = set(stages) - {"train", "val", "test"}
         if unknown:
@@ -100,6 +130,7 @@ class ConstraintViolationLogger(Callback):
             raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
         self.every_n_epochs, self.stages = int(every_n_epochs), tuple(stages)
         self.log_each, self.log_weights = log_each, log_weights
+        self.log_kkt_multipliers, self.legacy_multiplier_tags = log_kkt_multipliers, legacy_multiplier_tags
         self._sums: torch.Tensor | None = None
         self._counts: torch.Tensor | None = None
         self.last: dict[str, dict[str, float]] = {}  # the most recent values per stage (for scripts)
@@ -119,17 +150,22 @@ class ConstraintViolationLogger(Callback):
         self._counts = counts if self._counts is None else self._counts + counts
 
     def _log(self, pl_module: LightningModule, stage: str) -> None:
-        h = constraint_values(pl_module, self._sums, self._counts)
+        means = constraint_means(pl_module, self._sums, self._counts)
+        h = _objective(pl_module).constraint_values(means)
         self._reset()
         values = {f"{stage}/max_violation": float(torch.nan_to_num(h, nan=-torch.inf).max()),
                   f"{stage}/num_violated": float((h > 0).sum())}
         if self.log_each:
             values.update({f"{stage}/constraint_{i}": float(v) for i, v in enumerate(h)})
-        weights = getattr(pl_module, "constraint_weights", None)
+        if self.log_kkt_multipliers and hasattr(_objective(pl_module), "multipliers"):
+            values.update({f"{stage}/kkt_multiplier_{i}": float(v) for i, v in enumerate(kkt_multipliers(pl_module, means))})
+        weights = getattr(pl_module, "penalty_weights", None) or getattr(pl_module, "constraint_weights", None)
         if self.log_weights and callable(weights):
             w = weights()
             if w is not None:
-                values.update({f"{stage}/multiplier_{i}": float(v) for i, v in enumerate(w)})
+                values.update({f"{stage}/penalty_weight_{i}": float(v) for i, v in enumerate(w)})
+                if self.legacy_multiplier_tags:
+                    values.update({f"{stage}/multiplier_{i}": float(v) for i, v in enumerate(w)})
         for name, value in values.items():  # identical on every rank: no sync needed
             pl_module.log(name, value, on_step=False, on_epoch=True, sync_dist=False)
         self.last[stage] = values

@@ -14,7 +14,7 @@ import torch
 
 from fccolit.data import binary_fields, binary_sizes
 from fccolit.samplers.base import RankAwareBatchSampler
-from fccolit.samplers.group import GroupBatchSampler
+from fccolit.samplers.group import GroupBatchSampler, StratifiedBatchSampler
 
 from fccolit.datamodules.base import FCCODataModule
 
@@ -33,6 +33,14 @@ class GroupedDataModule(FCCODataModule):
             batches of ``batch_size`` (every sample once per pass).
         samples_per_group: B2.
         paired: every batch is two independent halves over the same groups (ALEXR2's value and gradient batches).
+            With shuffled batches and ``paired=False`` an algorithm that splits its batch in halves (ALEXR2's
+            ``independent_batches``) sees the two halves of one shuffled batch, which are just as independent.
+        stratify_by_cell: shuffled batches (``groups_per_batch`` None) stratified by the (group × label) cell,
+            the cell of a row being ``2·group + y`` (:class:`~fccolit.samplers.group.StratifiedBatchSampler`): each
+            cell gets a fixed share of every batch (of every half when ``paired``), proportional to its size and at
+            least one row, so a constraint on a cell's mean (ROC-fairness TPR / FPR gaps) is estimated in every
+            step. False (default): plain shuffled batches, in which a rare cell is sometimes missing (then that
+            constraint is left out of the step).
         num_batches: training batches per epoch (None: one pass over the training samples).
         seed: seeds the sampler.
     """
@@ -47,8 +55,12 @@ class GroupedDataModule(FCCODataModule):
         seed: int = 0,
         num_workers: int = 0,
         eval_batch_size: int = 1024,
+        stratify_by_cell: bool = False,
     ) -> None:
         super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
+        if stratify_by_cell and groups_per_batch is not None:
+            raise ValueError("stratify_by_cell applies to shuffled batches: set groups_per_batch to None")
+        self.stratify_by_cell = bool(stratify_by_cell)
         if groups_per_batch is None and batch_size % (2 if paired else 1):
             raise ValueError(f"paired batches need an even batch_size, got {batch_size}")
         self.batch_size, self.groups_per_batch, self.samples_per_group = batch_size, groups_per_batch, samples_per_group
@@ -64,6 +76,11 @@ class GroupedDataModule(FCCODataModule):
         groups = self._splits["train"]["group"]
         if self.groups_per_batch is None:  # shuffled batches: one group holding every sample
             half = self.batch_size // 2 if self.paired else self.batch_size
+            if self.stratify_by_cell:
+                cells = 2 * groups.long() + self._splits["train"]["y"].reshape(-1).long()
+                return StratifiedBatchSampler(
+                    cells, half, num_batches=self.num_batches, paired=self.paired, seed=self.seed
+                )
             return GroupBatchSampler(
                 torch.zeros_like(groups), 1, half, num_batches=self.num_batches, paired=self.paired, seed=self.seed
             )

@@ -100,7 +100,8 @@ class ALEXR2(NonsmoothFCCOModule):
             hold for ``DualSampler`` batches (positives first). False uses the whole batch for both
             (deterministic tests).
         eval_params: ``"anchor"`` (w_t, default) or ``"inner"`` (the live z_k) in validation / test / predict.
-        constraints_per_step, sample_seed: see :class:`~fccolit.algorithms.sonex.NonsmoothFCCOModule`.
+        constraints_per_step, sample_seed, outer_normalization: see
+            :class:`~fccolit.algorithms.sonex.NonsmoothFCCOModule` (``"fixed"``: eq. (53)'s 1/m).
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`. The optimizer is the outer one (α = its
             ``lr``, β = its ``momentum_weight``); the scheduler drives it and steps once per outer step
             (``scheduler_interval="step"``) or per epoch. ``gradient_clip_val`` clips each inner ``G_k``.
@@ -124,6 +125,7 @@ class ALEXR2(NonsmoothFCCOModule):
         eval_params: str = "anchor",
         constraints_per_step: int | None = None,
         sample_seed: int = 0,
+        outer_normalization: str = "present",
         **kwargs,
     ) -> None:
         if not float(nu) > 0.0:
@@ -142,7 +144,8 @@ class ALEXR2(NonsmoothFCCOModule):
         self.ema_weight, self.extrapolation = float(ema_weight), float(extrapolation)
         self.independent_batches, self.eval_params = bool(independent_batches), eval_params
         super().__init__(
-            model, objective, lam=lam, constraints_per_step=constraints_per_step, sample_seed=sample_seed, **kwargs
+            model, objective, lam=lam, constraints_per_step=constraints_per_step, sample_seed=sample_seed,
+            outer_normalization=outer_normalization, **kwargs
         )
 
     @property
@@ -220,12 +223,12 @@ class ALEXR2(NonsmoothFCCOModule):
 
         # primal gradient on the independent batch B̃, with the fresh duals y_i = ∇f_λ(u_i), i ∈ B_1
         scores = self(grad_batch)
-        scores, obj_batch, _ = self.objective_inputs(scores, grad_batch)
+        scores, obj_batch, synced = self.objective_inputs(scores, grad_batch)
         grads = self.objective.inner(scores, obj_batch)
         grads = select_rows(grads, torch.isin(grads.index, values.index).nonzero().flatten())
         u = self.state.value.index_select(0, grads.index)
         direct = self.direct_term(scores, obj_batch)
-        loss = self.surrogate(self.outer_weight(u, grads.context), grads, direct, scores)
+        loss = self.surrogate(self.outer_weight(u, grads.context), grads, direct, scores, synced=synced)
 
         inner_opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)

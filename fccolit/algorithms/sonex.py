@@ -11,7 +11,8 @@ envelope of a non-smooth f with a cheap prox, :mod:`fccolit.objectives.nonsmooth
 The pieces shared with ALEXR2 (:mod:`fccolit.algorithms.alexr2`) live in :class:`NonsmoothFCCOModule`: copies of
 the parameters kept as buffers (:class:`ParameterSnapshot`), the inner values at such a copy
 (``torch.func.functional_call``, no gradient), the direct term ``g_0``, the Moreau-envelope outer weight,
-constraint sampling and the multiplier estimates.
+constraint sampling, the weighting of the outer indices (``outer_normalization``) and the penalty weights
+read from the tracked duals.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.nonsmooth import CompositeObjective
 from fccolit.state import IndexedState
 
-__all__ = ["ParameterSnapshot", "NonsmoothFCCOModule", "SONEX", "SONX", "PenaltySOX", "theoretical_correction_weight"]
+__all__ = [
+    "ParameterSnapshot", "NonsmoothFCCOModule", "SONEX", "SONX", "PenaltySOX", "theoretical_correction_weight",
+    "OUTER_NORMALIZATIONS",
+]
+
+#: Accepted ``outer_normalization`` values of :class:`NonsmoothFCCOModule`.
+OUTER_NORMALIZATIONS = ("present", "fixed")
 
 
 def theoretical_correction_weight(ema_weight: float, num_rows: int, rows_per_step: int) -> float:
@@ -101,6 +108,17 @@ class NonsmoothFCCOModule(FCCOModule):
         constraints_per_step: B1 < m samples that many of the outer indices present in a batch each step (the
             "constraint sampling" of Table 2; the same rows on every rank); None uses all of them.
         sample_seed: seeds the constraint sampling (with the step count, so it resumes exactly).
+        outer_normalization: how the rows' terms ``⟨∇f_λ(u_i), ĝ_i⟩`` of a batch are weighted in the estimator:
+
+            * ``"present"`` (default): the mean over the outer indices present in the batch, ``1/|B_1|``. When a
+              row is missing from a batch (a constraint whose (group × class) cell is empty, a group not drawn)
+              the rows present get more weight.
+            * ``"fixed"``: the fixed ``1/m`` of the objective (seed 004 eq. (53): ``(1/2|Γ|) Σ_τ β[h_τ]_+``), i.e.
+              the sum over the rows present divided by the number of rows due every step (m = the state's rows,
+              or ``constraints_per_step`` when sampling constraints). Unbiased when every row is due in every
+              batch (constrained problems); for group DRO with B1 < n groups per batch use ``"present"``.
+              Under DDP with an objective that is not evaluated on the gathered batch (each rank holds its own
+              rows) the sum is scaled by the world size, so DDP's average over ranks is the same estimator.
     """
 
     def __init__(
@@ -110,8 +128,13 @@ class NonsmoothFCCOModule(FCCOModule):
         lam: float = 0.0,
         constraints_per_step: int | None = None,
         sample_seed: int = 0,
+        outer_normalization: str = "present",
         **kwargs,
     ) -> None:
+        if outer_normalization not in OUTER_NORMALIZATIONS:
+            raise ValueError(
+                f"outer_normalization must be one of {', '.join(OUTER_NORMALIZATIONS)}, got {outer_normalization!r}"
+            )
         if not float(lam) >= 0.0:
             raise ValueError(f"the smoothing parameter λ (lam) must be >= 0, got {lam}")
         if float(lam) > 0.0 and not isinstance(objective, CompositeObjective):
@@ -125,6 +148,7 @@ class NonsmoothFCCOModule(FCCOModule):
         self.lam = float(lam)
         self.constraints_per_step = None if constraints_per_step is None else int(constraints_per_step)
         self.sample_seed = int(sample_seed)
+        self.outer_normalization = outer_normalization
         super().__init__(model, objective, **kwargs)
 
     def configure_state(self) -> None:
@@ -198,13 +222,28 @@ class NonsmoothFCCOModule(FCCOModule):
         keep = torch.isin(inner.index, chosen.to(inner.index.device)).nonzero().flatten()
         return (select_rows(inner, keep), *[None if t is None else t.index_select(0, keep) for t in aligned])
 
+    def rows_due(self) -> int:
+        """The m of ``outer_normalization="fixed"``: the outer indices due every step (``constraints_per_step``
+        when sampling constraints, else every state row)."""
+        if self.constraints_per_step is not None and self.constraints_per_step < self.state.num_rows:
+            return self.constraints_per_step
+        return self.state.num_rows
+
     def surrogate(
-        self, weight: torch.Tensor | None, inner: InnerBatch, direct: torch.Tensor | None, scores: torch.Tensor
+        self, weight: torch.Tensor | None, inner: InnerBatch, direct: torch.Tensor | None, scores: torch.Tensor,
+        synced: bool = True,
     ) -> torch.Tensor:
-        """``ĝ_0 + mean_i ⟨weight_i, ĝ_i⟩``: its gradient is the algorithm's estimator (its value means nothing)."""
+        """``ĝ_0 + mean_i ⟨weight_i, ĝ_i⟩`` (``outer_normalization="present"``) or ``ĝ_0 + (1/m) Σ_i ⟨weight_i,
+        ĝ_i⟩`` (``"fixed"``): its gradient is the algorithm's estimator (its value means nothing). ``synced``: the
+        rows are the global batch's (the same on every rank), else this rank's own."""
         loss = scores.sum() * 0.0 if direct is None else direct
         if weight is not None and inner.index.numel() > 0:
-            loss = loss + (weight.to(inner.value.dtype) * inner.value).sum(-1).mean()
+            terms = (weight.to(inner.value.dtype) * inner.value).sum(-1)
+            if self.outer_normalization == "fixed":
+                ranks = 1 if synced else distributed.world_size()
+                loss = loss + terms.sum() * (ranks / self.rows_due())
+            else:
+                loss = loss + terms.mean()
         return loss
 
     def objective_estimate(
@@ -217,13 +256,22 @@ class NonsmoothFCCOModule(FCCOModule):
             estimate = self.objective.outer(u, inner.context)
             return estimate if direct is None else estimate + direct.detach()
 
-    def constraint_weights(self) -> torch.Tensor | None:
-        """Per state row ``(1/n) ∂p_λ(h_i(u_i))``: the multiplier estimates ν_i (smoothed hinge), or the penalty
-        weight of each constraint (hinge, squared hinge). NaN for rows never visited. None without a prox."""
+    def penalty_weights(self) -> torch.Tensor | None:
+        """Per state row ``(1/m) ∂p_λ(h_i(u_i))``, read from the **tracked** inner values ``u_i`` (the duals
+        ``y_i = ∇f_λ(u_i)`` scaled by 1/m): the weight the estimator puts on each constraint's gradient at the
+        last visit. They are *not* the KKT multipliers of seed 004 Prop. 5.2, which are ``(1/m) ∇f_λ(g_i(ŵ))``
+        at the exact constraint values of a nearby point ŵ (the ``kkt_multiplier_<i>`` of
+        :class:`~fccolit.callbacks.constraints.ConstraintViolationLogger`, from the full data): ``u_i`` is a
+        moving average over past iterates (ALEXR2: over inner iterates z, not the output w_t) of mini-batch
+        estimates. NaN for rows never visited. None without a prox."""
         if not isinstance(self.objective, CompositeObjective):
             return None
         u = self.state.values()
         return self.objective.multipliers(u, self.lam)
+
+    def constraint_weights(self) -> torch.Tensor | None:
+        """The former name of :meth:`penalty_weights` (kept for callers of the old API)."""
+        return self.penalty_weights()
 
 
 class SONEX(NonsmoothFCCOModule):
@@ -254,7 +302,7 @@ class SONEX(NonsmoothFCCOModule):
             the theory's value is :func:`theoretical_correction_weight`). 0 skips the previous-parameter pass.
         u_for_gradient: ``"fresh"`` (u after this step's update: the proof's indexing, seed 004 erratum 1) or
             ``"previous"`` (u before it, SOX's Algorithm 1).
-        constraints_per_step, sample_seed: see :class:`NonsmoothFCCOModule`.
+        constraints_per_step, sample_seed, outer_normalization: see :class:`NonsmoothFCCOModule`.
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`. β and η belong to the optimizer; default
             ``Momentum(lr=1e-3, momentum_weight=0.1)`` (β = 0.1, Table 3's best).
 
@@ -273,6 +321,7 @@ class SONEX(NonsmoothFCCOModule):
         u_for_gradient: str = "fresh",
         constraints_per_step: int | None = None,
         sample_seed: int = 0,
+        outer_normalization: str = "present",
         **kwargs,
     ) -> None:
         if not 0.0 < ema_weight <= 1.0:
@@ -284,7 +333,8 @@ class SONEX(NonsmoothFCCOModule):
         self.ema_weight, self.correction_weight = float(ema_weight), float(correction_weight)
         self.u_for_gradient = u_for_gradient
         super().__init__(
-            model, objective, lam=lam, constraints_per_step=constraints_per_step, sample_seed=sample_seed, **kwargs
+            model, objective, lam=lam, constraints_per_step=constraints_per_step, sample_seed=sample_seed,
+            outer_normalization=outer_normalization, **kwargs
         )
 
     def configure_state(self) -> None:
@@ -365,7 +415,7 @@ class SONEX(NonsmoothFCCOModule):
         )  # called even for an empty batch: under DDP every rank takes part in the gather
         u = record.current if self.u_for_gradient == "fresh" else record.previous
         direct, direct_value = self.direct_estimate(scores, obj_batch, previous_scores, synced)
-        loss = self.surrogate(self.outer_weight(u, inner.context), inner, direct, scores)
+        loss = self.surrogate(self.outer_weight(u, inner.context), inner, direct, scores, synced=synced)
         if self.previous is not None:
             self.previous.copy_from(params)  # w_t becomes the previous iterate of the next step
         self.steps_done += 1

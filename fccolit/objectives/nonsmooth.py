@@ -407,8 +407,11 @@ class CompositeObjective(FCCOObjective):
         return self.outer_fn.prox(u, lam)
 
     def multipliers(self, u: torch.Tensor, lam: float = 0.0) -> torch.Tensor:
-        """Per-row weights ``(1/n) ∂p_λ(h_i)`` of the (smoothed) penalty: the KKT multiplier estimates
-        ``ν_i = (1/m) ∇f_λ(g_i)`` of seed 004 Prop. 5.2 for constraints, the CVaR group weights for GDRO. ``[n]``."""
+        """Per-row weights ``(1/n) ∂p_λ(h_i)`` of the (smoothed) penalty at the inner values ``u`` ``[n, d']``.
+
+        At the exact inner values ``u = g(ŵ)`` of a point ŵ these are the multipliers ``ν_i = (1/m) ∇f_λ(g_i(ŵ))``
+        of seed 004 Prop. 5.2 (constraints) or the CVaR group weights (GDRO); at an algorithm's tracked estimates
+        they are only the weights its estimator used (see ``NonsmoothFCCOModule.penalty_weights``). ``[n]``."""
         return self.outer_fn.multiplier(u, lam) / u.shape[0]
 
     def exact_value(self, scores: torch.Tensor, batch: dict[str, torch.Tensor], lam: float = 0.0) -> torch.Tensor:
