@@ -517,14 +517,16 @@ class FullRankingEvalDataset(Dataset):
 
     Args:
         arrays: the arrays of :func:`build_recommendation_arrays`.
-        split: ``"val"`` or ``"test"``; the excluded items are the training items, plus the validation items
-            for ``"test"``.
+        split: ``"val"`` or ``"test"``; the excluded items are the user's training items and the items the user
+            holds out in the other split: the validation items for ``"test"`` (rated before), and the test items for
+            ``"val"`` (so that a user's test item, a later true positive, is not ranked as a negative in the
+            validation ranking that selects the checkpoint).
     """
 
     def __init__(self, arrays: Mapping[str, np.ndarray], split: Literal["val", "test"]):
         self.a, self.split = arrays, split
         self.users = np.flatnonzero(np.diff(arrays[f"{split}_indptr"]) > 0).astype(np.int64)
-        self.known = ["train"] + (["val"] if split == "test" else [])
+        self.known = ["train", "val" if split == "test" else "test"]
 
     def __len__(self) -> int:
         return int(self.users.size)
@@ -538,7 +540,7 @@ class FullRankingEvalDataset(Dataset):
         users, a, s = self.users[rows], self.a, self.split
         known = [ragged_rows(a[f"{p}_indptr"], np.asarray(a[f"{p}_items"]), users, -1) for p in self.known]
         exclude = np.concatenate(known, axis=1)
-        if len(known) > 1:
+        if len(known) > 1:  # −1 padding of the first part sits between real ids: pack them to the left
             exclude, _ = _pack_left(exclude, exclude >= 0, max(int((exclude >= 0).sum(1).max(initial=0)), 0), -1)
         return {
             "query": _t(users, torch.long),

@@ -25,7 +25,8 @@ field               shape, dtype  meaning
 
 Evaluation batch, learning to rank: ``query`` [Q], ``features`` [Q, Lmax, F], ``relevance`` [Q, Lmax], ``mask``
 [Q, Lmax] (full lists). Recommendation (full ranking over all items): ``query`` [U], ``heldout_items`` [U, H]
-(−1 padded), ``heldout_relevance`` [U, H], ``exclude_items`` [U, E] (the user's earlier items, −1 padded).
+(−1 padded), ``heldout_relevance`` [U, H], ``exclude_items`` [U, E] (the user's other known items, −1 padded: training items, and the test item in validation or
+the validation item in test).
 
 Sizes (``sizes``, right after ``__init__``): recommendation ``num_users``, ``num_items``, ``num_queries``,
 ``num_pairs``; learning to rank ``num_queries``, ``num_features``, ``num_pairs``; both ``top_k`` when set.
@@ -160,7 +161,7 @@ class SyntheticRankingDataModule(FCCODataModule):
     and the rating (1..5) is the quantized, noisy preference. Leave-one-out by a random "time" order: the last
     item is the test item, the one before it the validation item, the rest are training items. Training lists:
     ``num_positives`` of the user's training items and ``num_negatives`` items the user has not rated in
-    training (uniform, with replacement). Evaluation ranks every item, the user's earlier items excluded.
+    training (uniform, with replacement). Evaluation ranks every item, the user's training items and other held-out item excluded.
     The generation draws a dense users × items preference table: it is meant for small sizes (tests, demos,
     benchmarks of the step); the real DataModules never build one.
 
@@ -269,7 +270,7 @@ class SyntheticRankingDataModule(FCCODataModule):
                 "query": query,
                 "heldout_items": torch.from_numpy(_pad([i for i, _ in val], -1, np.int64)),
                 "heldout_relevance": torch.from_numpy(_pad([r for _, r in val], 0.0, np.float32)),
-                "exclude_items": torch.from_numpy(_pad(train_items, -1, np.int64)),
+                "exclude_items": torch.from_numpy(_pad([np.concatenate([t, e[0]]) for t, e in zip(train_items, test)], -1, np.int64)),
             },
             "test": {
                 "query": query,

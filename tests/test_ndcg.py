@@ -33,12 +33,13 @@ def brute_force_F(scores, batch, f_of, normalization):
     total, pairs = 0.0, 0
     for b in range(scores.shape[0]):
         real = [j for j in range(scores.shape[1]) if batch["mask"][b, j]]
-        for i in real:
-            if batch["pair_index"][b, i] < 0:
-                continue
-            total = total + f_of(b, i, real)
-            pairs += 1
-    return total / (scores.shape[0] if normalization == "per_query" else pairs)
+        terms = [f_of(b, i, real) for i in real if batch["pair_index"][b, i] >= 0]
+        if normalization == "query_mean":  # every query weighted equally: the mean over its relevant items
+            total = total + sum(terms) / len(terms) if terms else total
+        else:
+            total = total + sum(terms)
+        pairs += len(terms)
+    return total / (pairs if normalization == "pairs" else scores.shape[0])
 
 
 def ndcg_term(scores, batch, margin, ideal_key="ideal_dcg"):
@@ -50,7 +51,7 @@ def ndcg_term(scores, batch, margin, ideal_key="ideal_dcg"):
 
 
 # ------------------------------------------------------------------------------------------------ NDCG surrogate
-@pytest.mark.parametrize("normalization", ["per_query", "pairs"])
+@pytest.mark.parametrize("normalization", ["per_query", "pairs", "query_mean"])
 @pytest.mark.parametrize("margin", [1.0, 0.5])
 def test_exact_value_is_the_surrogate_of_eq_3(ltr, normalization, margin):
     batch, scores = ltr
@@ -220,11 +221,22 @@ def test_implicit_gradient_of_the_threshold_matches_finite_differences():
     assert torch.allclose(implicit, fd, atol=1e-8)
 
 
-def test_selector_derivative_matches_autograd():
-    obj = TopKNDCGSurrogate(selector_alpha=2.5)
-    s = torch.linspace(-3, 3, 13, dtype=torch.float64, requires_grad=True)
+@pytest.mark.parametrize("selector", ["sigmoid", "squared_hinge"])
+def test_selector_derivative_matches_autograd(selector):
+    obj = TopKNDCGSurrogate(selector_alpha=2.5, selector=selector)
+    s = torch.linspace(-3, 3, 14, dtype=torch.float64, requires_grad=True)
     (auto,) = torch.autograd.grad(obj.selector(s).sum(), s)
     assert torch.allclose(obj.selector_grad(s.detach()), auto, rtol=1e-12)
+
+
+def test_squared_hinge_selector_is_zero_below_the_threshold_as_lemma_5_2_asks():
+    """ψ(s) = max(s, 0)² ≤ C·1(s > 0) on bounded scores (Lemma 5.2): no weight below λ, unlike σ(α s)."""
+    s = torch.tensor([-2.0, -0.1, 0.0, 0.1, 1.5], dtype=torch.float64)
+    hinge = TopKNDCGSurrogate(selector="squared_hinge").selector(s)
+    assert hinge.tolist() == pytest.approx([0.0, 0.0, 0.0, 0.01, 2.25])
+    assert float(TopKNDCGSurrogate().selector(s)[1]) > 0.4  # the sigmoid weighs an item just below λ
+    with pytest.raises(ValueError, match="selector"):
+        TopKNDCGSurrogate(selector="relu")
 
 
 def test_topk_exact_value_uses_ideal_dcg_at_k_and_the_selector(ltr):
@@ -363,3 +375,14 @@ def test_full_ranking_ndcg_of_one_heldout_item_is_its_discount():
     assert float(metric.compute()[10]) == pytest.approx(
         float(full_ranking_ndcg(scores, held, torch.ones(4, 1), exclude, k=10).mean()), rel=1e-12
     )
+
+
+def test_share_above_the_solved_threshold_is_the_top_k_share(ltr):
+    """At λ̂ with small τ1, τ2 the threshold sits between the K-th and (K+1)-th score (Lemma 5.1), so the share of
+    the list above it is K/N_q; at λ = 0 far below the scores nearly the whole list is above."""
+    batch, scores = ltr
+    obj = TopKNDCGSurrogate(top_k=3, tau1=1e-3, tau2=1e-6)
+    share, target = obj.share_above(scores, batch, obj.solve_threshold(scores, batch))
+    assert torch.allclose(share, target, atol=1e-9)
+    low, _ = obj.share_above(scores, batch, torch.full_like(share, float(scores.min()) - 1.0))
+    assert torch.allclose(low, torch.ones_like(low), atol=1e-9)

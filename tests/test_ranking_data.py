@@ -248,8 +248,8 @@ def test_full_ranking_eval_batches(tmp_path):
                 assert held == {i for (u, i) in ref[split] if u == raw_user}
                 excl = [int(dm.item_ids[i]) for i in batch["exclude_items"][r].tolist() if i >= 0]
                 known = {i for (u, i) in ref["train"] if u == raw_user}
-                if split == "test":
-                    known |= {i for (u, i) in ref["val"] if u == raw_user}
+                # the other held-out split is known too: validation items in test, test items in validation
+                known |= {i for (u, i) in ref["val" if split == "test" else "test"] if u == raw_user}
                 assert len(excl) == len(set(excl)) and set(excl) == known
             scores = torch.randn(U, dm.num_items)
             best = batch["heldout_items"].clamp_min(0)

@@ -203,17 +203,18 @@ def test_song_with_momentum_is_algorithm_1(ltr):
 
 
 # ------------------------------------------------------------------------------------------------ K-SONG
-def ksong_at_optimum(ltr, estimator, alpha=2.0):
+def ksong_at_optimum(ltr, estimator, alpha=2.0, selector="sigmoid"):
     sizes, batch = ltr
-    objective = TopKNDCGSurrogate(top_k=3, tau1=0.1, tau2=0.01, selector_alpha=alpha)
+    objective = TopKNDCGSurrogate(top_k=3, tau1=0.1, tau2=0.01, selector_alpha=alpha, selector=selector)
     module = make(KSONG, sizes, objective, ema_weight=1.0, estimator=estimator)
     with torch.no_grad():  # λ at the lower-level optimum; s and u are set exactly by their first visits
         module.threshold.value[batch["query"], 0] = objective.solve_threshold(module(batch), batch)
     return module, batch
 
 
-def test_theoretical_ksong_is_the_gradient_of_F_K_at_the_lower_level_optimum(ltr):
-    module, batch = ksong_at_optimum(ltr, "theoretical")
+@pytest.mark.parametrize("selector", ["sigmoid", "squared_hinge"])
+def test_theoretical_ksong_is_the_gradient_of_F_K_at_the_lower_level_optimum(ltr, selector):
+    module, batch = ksong_at_optimum(ltr, "theoretical", selector=selector)
     fd = finite_differences(module, lambda: module.objective.exact_value(module(batch), batch))
     lam = module.threshold.value.clone()
     est = grads(module, module.compositional_loss(module(batch), batch)[0])
@@ -334,6 +335,28 @@ def test_solc_with_gamma_one_is_plain_minibatch_listwise_cross_entropy(rec):
         assert torch.allclose(est, grads(module, per_query.mean()), rtol=1e-10)
 
 
+def test_solc_query_mean_weights_every_user_equally_as_algorithm_3(rec):
+    """normalization="query_mean": the mean over users of each user's mean over its sampled relevant items
+    (Algorithm 3), not weighted by the number of items the user rated as "per_query" is."""
+    sizes, batches = rec
+    module = make(SOLC, sizes, SOLCListwiseCE(normalization="query_mean"),
+                  model=NeuMF(embedding_dim=4, layers=[4], dropout=0.0), ema_weight=1.0)
+    batch = batches[0]
+    assert len(set(batch["num_relevant"].tolist())) > 1  # users differ in their numbers of relevant items
+    est = grads(module, module.compositional_loss(module(batch), batch)[0])
+    scores = module(batch)
+    masked = torch.where(batch["mask"], scores, torch.full_like(scores, -math.inf))
+    nll = -(scores - torch.logsumexp(masked, 1, keepdim=True))
+    anchor = batch["pair_index"] >= 0
+    equal = (nll * anchor).sum(1) / anchor.sum(1) / batch["num_items"]
+    assert torch.allclose(est, grads(module, equal.mean()), rtol=1e-10)
+    weighted = module.objective.__class__(normalization="per_query")  # the same batch under per-user weights
+    module.objective = weighted
+    per_query = grads(module, module.compositional_loss(module(batch), batch)[0])
+    cosine = torch.dot(est, per_query) / (est.norm() * per_query.norm())
+    assert float(cosine) < 1 - 1e-6  # not the same direction
+
+
 def test_solc_log_state_is_the_moving_average_of_sox(rec):
     sizes, batches = rec
     solc = make(SOLC, sizes, model=NeuMF(embedding_dim=4, layers=[4], dropout=0.0), ema_weight=0.3)
@@ -412,6 +435,37 @@ def test_lightning_training_on_recommendation_data_logs_full_ranking_ndcg(tmp_pa
     assert set(after) == {"val/ndcg@10", "val/ndcg@20"}
     assert after["val/ndcg@10"] > before["val/ndcg@10"] + 0.05
     assert module.threshold.visited().all()
+
+
+def test_ksong_logs_the_share_above_lambda_and_a_solved_start_tracks_the_top_k(tmp_path):
+    """λ started at 0 with η0 = 0.01 leaves most of each list above it; lambda_init="solve" starts at the top-K
+    threshold, so the logged share above λ is the top-K share (both logged on the logging steps)."""
+    shares = {}
+    for init in (0.0, "solve"):
+        seed_everything(0)
+        dm = SyntheticRankingDataModule(num_queries=40, num_items=150, num_positives=5, num_negatives=60,
+                                        queries_per_batch=40, top_k=10)
+        module = KSONG(NeuMF(embedding_dim=8, layers=[8], dropout=0.0), TopKNDCGSurrogate(top_k=10, tau1=1e-6, tau2=1e-9),
+                       lambda_init=init, data_sizes=dm.sizes, metrics=["ndcg@10"])
+        trainer = fit(module, dm, tmp_path, max_steps=1, log_every_n_steps=1, limit_val_batches=0)
+        metrics = trainer.callback_metrics
+        shares[init] = (float(metrics["train/share_above_lambda"]), float(metrics["train/top_k_share"]))
+    assert shares[0.0][0] > 0.3 > shares[0.0][1]
+    assert shares["solve"][0] == pytest.approx(shares["solve"][1], abs=0.02)
+
+
+@pytest.mark.parametrize("policy, expected", [("zero", 0.0), ("one", 1.0)])
+def test_empty_queries_policy_reaches_the_logged_ndcg(ltr, policy, expected):
+    """A query without relevant documents counts as ``empty_queries`` says (allRank's harness counts it as 1)."""
+    sizes, batch = ltr
+    module = make(SONG, sizes, empty_queries=policy, metrics=["ndcg@3"])
+    first = {k: v[:1] for k, v in batch.items()}
+    first["relevance"] = torch.zeros_like(first["relevance"])  # no relevant document
+    with torch.no_grad():
+        module._eval_step("val", first)
+    assert float(module.metrics["val"]["ndcg_at_3"].compute()) == expected
+    with pytest.raises(ValueError, match="empty_queries"):
+        make(SONG, sizes, empty_queries="ignore")
 
 
 # ------------------------------------------------------------------------------------------------ callbacks
@@ -596,13 +650,15 @@ def test_synthetic_items_do_not_depend_on_the_rank_split_and_resume():
     assert all(torch.equal(a["items"], b["items"]) for a, b in zip(one, again))
 
 
-def test_synthetic_recommendation_evaluation_excludes_earlier_items():
+def test_synthetic_recommendation_evaluation_excludes_the_users_other_known_items():
     dm = SyntheticRankingDataModule(num_queries=20, num_items=40, ratings_per_query=(4, 7))
     dm.setup()
     val, test = dm.val_dataset.fields, dm.test_dataset.fields
     for u in range(20):
         train = set(dm._rel_items[dm._rel_offsets[u] : dm._rel_offsets[u + 1]].tolist())
-        assert set(val["exclude_items"][u][val["exclude_items"][u] >= 0].tolist()) == train
+        # the validation ranking leaves out the user's test item (a later true positive), the test ranking the
+        # validation item (rated before)
+        assert set(val["exclude_items"][u][val["exclude_items"][u] >= 0].tolist()) == train | {int(test["heldout_items"][u, 0])}
         assert int(val["heldout_items"][u, 0]) not in train and int(test["heldout_items"][u, 0]) not in train
         assert set(test["exclude_items"][u][test["exclude_items"][u] >= 0].tolist()) == train | {int(val["heldout_items"][u, 0])}
 

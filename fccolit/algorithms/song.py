@@ -27,13 +27,14 @@ from torch import nn
 
 from fccolit import distributed
 from fccolit.algorithms.sox import SOX
-from fccolit.metrics import FullRankingNDCG
+from fccolit.metrics import NDCG, FullRankingNDCG
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
 from fccolit.state import StateUpdate
 
 #: Default metrics (seed 000 §1.2): NDCG@{1,3,5} for learning to rank, @{10,20,50} for recommendation.
 LTR_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5")
+EMPTY_QUERY_POLICIES = ("zero", "one", "skip")
 RECOMMENDATION_METRICS = ("ndcg@10", "ndcg@20", "ndcg@50")
 ESTIMATORS = ("practical", "theoretical")
 
@@ -78,6 +79,10 @@ class RankingSOX(SOX):
             authors' code, LibAUC). The first visit of a pair sets u to the estimate (seed 000 §2.4 item 1 (b)),
             so neither divides by zero.
         metrics: logged names (default above).
+        empty_queries: what NDCG counts for a query with no relevant item (ideal DCG 0) in validation and test:
+            ``"zero"`` (default, torchmetrics' convention), ``"one"`` (allRank's, the learning-to-rank harness of
+            Qiu et al., NeurIPS 2022, whose MSLR numbers then include such queries at 1) or ``"skip"`` (left out of
+            the mean). MSLR-WEB30K has about 3% of such queries, so the choice moves NDCG@k by up to 0.03.
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`.
     """
 
@@ -88,8 +93,12 @@ class RankingSOX(SOX):
         ema_weight: float = 0.1,
         u_for_gradient: str = "previous",
         metrics: Sequence[str] | None = None,
+        empty_queries: str = "zero",
         **kwargs,
     ) -> None:
+        if empty_queries not in EMPTY_QUERY_POLICIES:
+            raise ValueError(f"empty_queries must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {empty_queries!r}")
+        self.empty_queries = empty_queries
         sizes = kwargs.get("data_sizes") or {}
         recommendation = "num_users" in sizes
         if metrics is None:
@@ -100,7 +109,11 @@ class RankingSOX(SOX):
         if recommendation and self.metric_names:
             self._cutoffs = [_ndcg_cutoff(n, int(sizes["num_items"])) for n in self.metric_names]
             ks = tuple(sorted(set(self._cutoffs)))
-            self.full_ranking = nn.ModuleDict({stage: FullRankingNDCG(ks) for stage in ("val", "test")})
+            self.full_ranking = nn.ModuleDict({stage: FullRankingNDCG(ks, empty=empty_queries) for stage in ("val", "test")})
+        for stage in self.metrics.values():
+            for metric in stage.values():
+                if isinstance(metric, NDCG):
+                    metric.empty = empty_queries
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return score_lists(self.model, batch)
@@ -226,7 +239,11 @@ class KSONG(SONG):
             LibAUC).
         lambda_init: the first-visit λ: a number (0.0, Algorithm 2) or ``"solve"`` (the exact minimizer of the
             first batch's lower level, not in the paper: λ then starts at the batch's top-K threshold instead of
-            walking there by η0-steps, one per epoch per query).
+            walking there by η0-steps, one per epoch per query; the shipped configs use it, as a λ started at 0
+            with η0 = 0.01 stays far below the (K+1)-th score for the whole run).
+
+    Logged on logging steps: ``train/share_above_lambda`` against ``train/top_k_share`` (see
+    :meth:`log_threshold_share`), which tells whether λ tracks the top-K threshold.
         (the rest): see :class:`SONG`.
     """
 
@@ -278,6 +295,19 @@ class KSONG(SONG):
             return lam
         return torch.where(unvisited, torch.full_like(lam, float(self.lambda_init)), lam)
 
+    def log_threshold_share(self, scores: torch.Tensor, batch: dict[str, torch.Tensor], lam: torch.Tensor) -> None:
+        """On the steps the logger writes: ``train/share_above_lambda``, the estimated share of each list above its
+        λ_q (``Σ_j c_j 1(h_j > λ_q)`` with the lower level's item weights c, mean over the batch's queries), beside
+        ``train/top_k_share``, the share a top-K threshold leaves above it (mean ``K/N_q``). A λ that tracks the
+        (K+1)-th score keeps the two close; a λ far below it (a small ``lambda_lr`` after a start at 0) leaves most
+        of the list above, and ψ then selects nearly everything (K-SONG ≈ SONG with a soft weight)."""
+        if not getattr(self, "_write_logs", False) or self._trainer is None or scores.shape[0] == 0:
+            return
+        with torch.no_grad():
+            share, target = self.objective.share_above(scores, batch, lam)
+        self.log("train/share_above_lambda", float(share.mean()), on_step=True, on_epoch=False)
+        self.log("train/top_k_share", float(target.mean()), on_step=True, on_epoch=False)
+
     def compositional_loss(
         self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -286,6 +316,7 @@ class KSONG(SONG):
         query = batch["query"]
         lam = self._threshold_before(query, scores.detach(), batch)
         lower = objective.lower_level(scores, batch, lam)
+        self.log_threshold_share(scores.detach(), batch, lam)
         self.threshold.update(query, (lam - self.lambda_lr * lower.grad).unsqueeze(1), ema_weight=1.0, synced=synced)
         theoretical = self.estimator == "theoretical"
         if theoretical:

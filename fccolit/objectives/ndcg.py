@@ -18,7 +18,10 @@ Two choices every objective here shares, in one place (:class:`RankingObjective`
   the NDCG definition averaged over queries (what the paper's code and LibAUC optimize; seed 000 §2.4 item 3),
   estimated without bias from a batch of uniformly drawn queries with uniformly drawn relevant items; or
   ``"pairs"``: ``F = (1/|S|) Σ_{(q,i)∈S} f_{q,i}``, eq. (3) as printed, estimated by the plain mean over the batch's
-  pairs (unbiased when the pairs are drawn uniformly from S). The row weights that implement either are part of
+  pairs (unbiased when the pairs are drawn uniformly from S); or ``"query_mean"``: ``F = (1/N) Σ_q mean_{i∈S_q^+}
+  f_{q,i}``, every query weighted equally whatever its number of relevant items (SOLC's Algorithm 3, which averages
+  over the sampled queries of the mean over each query's sampled relevant items; for listwise cross-entropy, whose
+  f has no 1/N_q^+, ``"per_query"`` weights a user by the number of items they rated instead). The row weights that implement either are part of
   ``f`` (context ``"weight"``), so an algorithm's mean over the rows is the estimator and ``exact_value`` is F.
 """
 
@@ -36,8 +39,9 @@ from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.listwise import ListwiseCE
 from fccolit.surrogates import pairwise_surrogate
 
-NORMALIZATIONS = ("per_query", "pairs")
+NORMALIZATIONS = ("per_query", "pairs", "query_mean")
 INNER_ESTIMATORS = ("list_mean", "stratified")
+SELECTORS = ("sigmoid", "squared_hinge")
 _LN2 = math.log(2.0)
 
 
@@ -119,14 +123,19 @@ def row_weights(batch: dict[str, torch.Tensor], q: torch.Tensor, normalization: 
     drawn queries and anchors; with every query and pair in the batch it is exactly that sum. Under DDP each
     rank's mean over its own B/W queries, averaged by DDP, is the global estimate.
 
+    ``"query_mean"``: ``(R/B) / P_q``, so the mean is ``(1/B) Σ_q mean_{i} f_{q,i}``, an unbiased estimate of
+    ``(1/N) Σ_q mean_{i∈S_q^+} f_{q,i}`` (every query weighted equally; the same DDP argument as ``"per_query"``).
+
     ``"pairs"``: 1 (the plain mean over pairs, eq. (3)); under DDP ``W · R_r / R`` so that DDP's average of the
     ranks' means is the mean over all R anchors of the global batch.
     """
     r = q.numel()
-    if normalization == "per_query":
+    if normalization in ("per_query", "query_mean"):
         b = batch["pair_index"].shape[0]
-        n_rel = field(batch, "num_relevant", "normalization='per_query'").to(dtype).index_select(0, q)
         per_row = torch.bincount(q, minlength=b).to(dtype).index_select(0, q)
+        if normalization == "query_mean":
+            return (r / b) / per_row
+        n_rel = field(batch, "num_relevant", "normalization='per_query'").to(dtype).index_select(0, q)
         return (r / b) * n_rel / per_row
     weight = torch.ones(r, dtype=dtype, device=q.device)
     if distributed.is_distributed():
@@ -148,7 +157,7 @@ class RankingObjective(FCCOObjective):
     """Base of the per-pair ranking objectives: one state row per relevant (query, item) pair (``num_pairs``).
 
     Args:
-        normalization: ``"per_query"`` or ``"pairs"`` (module docstring).
+        normalization: ``"per_query"``, ``"query_mean"`` or ``"pairs"`` (module docstring).
         inner_estimator: ``"list_mean"`` or ``"stratified"`` (module docstring).
     """
 
@@ -322,8 +331,10 @@ class TopKNDCGSurrogate(NDCGSurrogate):
         L_q(λ; w) = \frac{K + ε}{N_q} λ + \frac{τ_2}{2} λ^2 + \frac{1}{N_q} \sum_{x_j \in S_q} τ_1 \ln(1 + e^{(h_q(x_j) - λ)/τ_1})
 
     f^K is :class:`NDCGSurrogate`'s f with ``Z_q^K`` (batch field ``ideal_dcg_at_k``, the DataModule's ``top_k``
-    must equal K) in place of Z_q, and ψ is the smooth selector ``ψ(s) = σ(α s)`` (App. E: "the logistic loss";
-    the authors' code and LibAUC use σ(α s) with α = 2). ``λ̂_q`` estimates the threshold of the top K
+    must equal K) in place of Z_q, and ψ is a smooth selector (``selector``): ``ψ(s) = σ(α s)`` (App. E: "the
+    logistic loss"; the authors' code and LibAUC use σ(α s) with α = 2), or ``ψ(s) = max(s, 0)²`` (the remark after
+    Lemma 5.2: ψ(s) ≤ C·1(s > 0) for bounded scores, so the objective lower-bounds top-K NDCG; items below λ get no
+    weight at all, where σ(α s) still gives an item just below λ almost half the weight of one just above it). ``λ̂_q`` estimates the threshold of the top K
     (Lemmas 5.1 and 5.3): with well separated scores and small τ1, τ2 it sits between the (K+1)-th and the K-th
     largest score (at their midpoint for ε = 0; at ``θ_{K+1} − τ1 logit(ε)`` for ε ∈ (0, 1)).
 
@@ -334,7 +345,8 @@ class TopKNDCGSurrogate(NDCGSurrogate):
         top_k: K (Table 4: 10 for learning to rank, 300 for recommendation).
         epsilon: ε of Lemma 5.1 / eq. (4); eq. (6), the authors' code and LibAUC drop it (ε = 0, the default).
         tau1, tau2: τ1, τ2 of the smoothing (not given in the paper; LibAUC's 0.01 and 1e-4).
-        selector_alpha: α of ψ (LibAUC's 2.0; an assumption, the paper gives no value).
+        selector: ψ: ``"sigmoid"`` (σ(α s), default) or ``"squared_hinge"`` (max(s, 0)², Lemma 5.2's remark).
+        selector_alpha: α of the sigmoid ψ (LibAUC's 2.0; an assumption, the paper gives no value).
         (the rest): see :class:`NDCGSurrogate`; the lower level uses the same ``inner_estimator``.
     """
 
@@ -348,6 +360,7 @@ class TopKNDCGSurrogate(NDCGSurrogate):
         tau1: float = 0.01,
         tau2: float = 1e-4,
         selector_alpha: float = 2.0,
+        selector: str = "sigmoid",
         surrogate: str = "squared_hinge",
         margin: float = 1.0,
         scale: float = 1.0,
@@ -361,16 +374,22 @@ class TopKNDCGSurrogate(NDCGSurrogate):
             raise ValueError(f"epsilon (ε) must be in [0, 1), got {epsilon}")
         if tau1 <= 0 or tau2 <= 0:
             raise ValueError(f"tau1 and tau2 must be > 0 (L_q is then smooth and τ2-strongly convex), got {tau1}, {tau2}")
+        _check_choice("selector", selector, SELECTORS)
         self.top_k, self.epsilon = int(top_k), float(epsilon)
         self.tau1, self.tau2, self.selector_alpha = float(tau1), float(tau2), float(selector_alpha)
+        self.selector_kind = selector
 
     # ------------------------------------------------------------------ the selector ψ
     def selector(self, s: torch.Tensor) -> torch.Tensor:
-        """``ψ(s) = σ(α s)``."""
+        """``ψ(s) = σ(α s)`` (``selector="sigmoid"``) or ``max(s, 0)²`` (``"squared_hinge"``)."""
+        if self.selector_kind == "squared_hinge":
+            return torch.relu(s).square()
         return torch.sigmoid(self.selector_alpha * s)
 
     def selector_grad(self, s: torch.Tensor) -> torch.Tensor:
-        """``ψ'(s) = α σ(α s)(1 − σ(α s))``."""
+        """``ψ'(s) = α σ(α s)(1 − σ(α s))`` (sigmoid) or ``2 max(s, 0)`` (squared hinge)."""
+        if self.selector_kind == "squared_hinge":
+            return 2.0 * torch.relu(s)
         p = torch.sigmoid(self.selector_alpha * s)
         return self.selector_alpha * p * (1.0 - p)
 
@@ -397,6 +416,17 @@ class TopKNDCGSurrogate(NDCGSurrogate):
         weights = c * sig * (1.0 - sig) / self.tau1
         grad = slope + self.tau2 * lam.to(scores.dtype) - (c * sig).sum(1)
         return LowerLevel(grad=grad, hess=self.tau2 + weights.sum(1), weights=weights)
+
+    @torch.no_grad()
+    def share_above(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor], lam: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(Σ_j c_j 1(h_j > λ_q), K/N_q)`` per query row ``[B]``: the share of the query's list above λ_q as the
+        lower level estimates it from the sampled list (item weights c), and the share above an exact top-K
+        threshold."""
+        c, slope = self._lower_inputs(scores.detach(), batch)
+        above = (scores.detach() > lam.to(scores.dtype).unsqueeze(1)) & (c > 0)
+        return torch.where(above, c, torch.zeros_like(c)).sum(1), slope.expand(scores.shape[0])
 
     @staticmethod
     def threshold_score(scores: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -455,7 +485,9 @@ class SOLCListwiseCE(ListwiseCE):
     the pair weight ``P = 1`` per relevant item (``relevance_weight="none"``, as printed; ``"uniform"`` /
     ``"linear"`` give ListNet's normalized targets), times ``1/N_q`` (``list_size_weight=True``, as printed: App. B
     and §6; False drops it, as LibAUC's ``ListwiseCELoss`` does), times the row weight of ``normalization``
-    (``"per_query"``: the 1/N over queries of the formula; ``"pairs"``: a mean over pairs).
+    (``"per_query"``: the 1/N over queries of the formula, a user weighted by their number of relevant items;
+    ``"query_mean"``: every user weighted equally, Algorithm 3's average, which the SOLC warm-up configs use;
+    ``"pairs"``: a mean over pairs).
 
     The printed Algorithm 3 omits the factor ``exp(h_j − h_i)`` in its gradient (seed 000 §7 item 7); the
     estimator of :class:`~fccolit.algorithms.song.SOLC` is ``∇f(u)·∇ĝ``, which has it. For SOLC's log-domain
