@@ -418,7 +418,9 @@ class ADAP(MOAPV2):
     The paper gives neither β' (the second moment's weight) nor δ. With β' = 0.001 and no bias correction v starts
     near 0.001·G², so the first steps are about 1/√0.001 ≈ 32 times Adam's and the paper's η grid lands off
     target; ``benchmarks/reproduce/auprc_linear.py`` sweeps β' ∈ {0.1, 0.01, 0.001} × bias correction for ADAP
-    and SOAP (Adam) alike, and the default below is what that sweep selected on a9a.
+    and SOAP (Adam) alike. On a9a (5 seeds) β' = 0.1 is best with bias correction on (train AP 0.7440) and off
+    (0.7434) alike, while β' ∈ {0.01, 0.001} without it lose about 0.015: the default β' is 0.1, the default
+    ``bias_correction`` is Algorithm 3 as printed (off), and ``configs/libsvm/adap.yaml`` ships the best cell (on).
 
     Args:
         ema_weight: β0. Default 0.1 [assumption, as :class:`MOAPV1`].
