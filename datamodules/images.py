@@ -11,10 +11,23 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from fccolit.samplers.ranking import batch_integers, batch_words
+
 __all__ = [
     "ImageFileDataset", "ImageArrayDataset", "random_crop_flip", "stratified_split", "noise_image",
     "IMAGENET_MEAN", "IMAGENET_STD", "CIFAR_MEAN", "CIFAR_STD",
 ]
+
+# streams of the keyed random numbers (fccolit.samplers.ranking.batch_words) of a training batch's augmentation
+_CROP_STREAM, _FLIP_STREAM, _LOAD_STREAM = 0xC409, 0xF119, 0x10AD
+
+
+def batch_draw_keys(indices: Sequence[int]) -> tuple[int, list[int]] | None:
+    """``(batch seed, global positions)`` of a training batch from a :class:`~fccolit.samplers.RankAwareBatchSampler`
+    (a :class:`~fccolit.samplers.base.SampledBatch`), or None for plain indices (evaluation, direct indexing)."""
+    seed, positions = getattr(indices, "seed", None), getattr(indices, "positions", None)
+    return None if seed is None or positions is None else (int(seed), list(positions))
+
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -38,7 +51,11 @@ class ImageFileDataset(Dataset):
     """Images decoded from files, one per row, plus named per-row fields; the batch is a dict of tensors.
 
     ``__getitems__`` decodes (and augments) each image of the batch with ``load`` (in the DataLoader workers),
-    stacks them and normalizes the batch at once. A missing file raises ``FileNotFoundError`` and an unreadable one
+    stacks them and normalizes the batch at once. For a training batch (a
+    :class:`~fccolit.samplers.base.SampledBatch`) each image's ``load`` runs with torch's CPU generator seeded from
+    the batch's keys and the image's position in the global batch (and restored after), so random augmentation is a
+    pure function of ``(sampler seed, epoch, batch, position)``: the same after a mid-epoch resume, in any worker and
+    on any number of processes. A missing file raises ``FileNotFoundError`` and an unreadable one
     ``ValueError``, both naming the file and where it was listed (``origin``).
 
     Args:
@@ -78,10 +95,16 @@ class ImageFileDataset(Dataset):
     def _where(self, i: int) -> str:
         return f" (listed in {self.origin(i)})" if self.origin is not None else ""
 
-    def image(self, i: int) -> torch.Tensor:
+    def image(self, i: int, seed: int | None = None) -> torch.Tensor:
+        """Row ``i``'s image from ``load``; with ``seed``, torch's CPU generator is seeded with it for the call (and
+        restored after), so what ``load`` draws (its augmentation) depends on ``seed`` only."""
         path = self.path(i)
         try:
-            return self.load(path)
+            if seed is None:
+                return self.load(path)
+            with torch.random.fork_rng(devices=[]):
+                torch.default_generator.manual_seed(seed)
+                return self.load(path)
         except FileNotFoundError as err:
             raise FileNotFoundError(
                 f"image not found: {path}{self._where(i)}. The images under {self.root} are incomplete: extract the "
@@ -94,8 +117,13 @@ class ImageFileDataset(Dataset):
         return {k: v[0] for k, v in self.__getitems__([i]).items()}
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        idx = torch.as_tensor(indices, dtype=torch.long)
-        x = torch.stack([self.image(int(i)) for i in idx])
+        idx = torch.as_tensor(list(indices), dtype=torch.long)
+        keys = batch_draw_keys(indices)
+        if keys is None:
+            x = torch.stack([self.image(int(i)) for i in idx])
+        else:
+            seeds = (batch_words(keys[0], keys[1], _LOAD_STREAM, 1)[:, 0] >> np.uint64(1)).tolist()
+            x = torch.stack([self.image(int(i), int(seed)) for i, seed in zip(idx, seeds)])
         x = x.float().div_(255.0).sub_(self.mean).div_(self.std)
         return {"x": x, **{k: v.index_select(0, idx) for k, v in self.fields.items()}}
 
@@ -108,7 +136,9 @@ class ImageArrayDataset(Dataset):
         images: ``[M, H, W, 3]`` uint8 (a split refers to its rows through ``rows``).
         rows: ``[N]`` rows of ``images`` making up this split.
         fields: ``{name: [N] tensor}`` gathered with the batch (``y``, ``index``, ...).
-        augment: random crop with zero padding (``padding``) and horizontal flip.
+        augment: random crop with zero padding (``padding``) and horizontal flip; for a training batch (a
+            :class:`~fccolit.samplers.base.SampledBatch`) drawn from the batch's keys (:func:`random_crop_flip`), so
+            the same after a mid-epoch resume, in any worker and on any number of processes.
         mean, std: per-channel normalization of ``[0, 1]`` pixels.
     """
 
@@ -138,25 +168,47 @@ class ImageArrayDataset(Dataset):
         return {k: v[0] for k, v in self.__getitems__([i]).items()}
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        idx = torch.as_tensor(indices, dtype=torch.long)
+        idx = torch.as_tensor(list(indices), dtype=torch.long)
         pixels = np.ascontiguousarray(self.images[self.rows[idx.numpy()]])
         x = torch.from_numpy(pixels).permute(0, 3, 1, 2)  # [B, 3, H, W] uint8
         if self.augment:
-            x = random_crop_flip(x, self.padding)
+            keys = batch_draw_keys(indices)
+            x = random_crop_flip(x, self.padding, *(keys or ()))
         x = x.float().div_(255.0).sub_(self.mean).div_(self.std)
         return {"x": x, **{k: v.index_select(0, idx) for k, v in self.fields.items()}}
 
 
-def random_crop_flip(x: torch.Tensor, padding: int = 4) -> torch.Tensor:
-    """``RandomCrop(H, padding)`` with zero fill and ``RandomHorizontalFlip(0.5)`` per image of a batch ``[B, C, H, W]``."""
+def random_crop_flip(
+    x: torch.Tensor, padding: int = 4, seed: int | None = None, positions: Sequence[int] | None = None
+) -> torch.Tensor:
+    """``RandomCrop(H, padding)`` with zero fill and ``RandomHorizontalFlip(0.5)`` per image of a batch ``[B, C, H, W]``.
+
+    With ``seed`` and ``positions`` (a training batch's keys, :class:`~fccolit.samplers.base.SampledBatch`) image
+    ``k``'s offsets and flip are a pure function of ``(seed, positions[k])`` (counter-based, no generator state);
+    without them they are drawn from torch's global generator.
+    """
     b, c, h, w = x.shape
     padded = torch.nn.functional.pad(x, (padding, padding, padding, padding))
+    if seed is not None:
+        if positions is None or len(positions) != b:
+            raise ValueError(f"random_crop_flip: {b} images need {b} positions, got {positions!r}")
+        offsets = torch.from_numpy(batch_integers(seed, positions, _CROP_STREAM, 2, np.full(b, 2 * padding + 1)))
+        flip = torch.from_numpy(batch_integers(seed, positions, _FLIP_STREAM, 1, np.full(b, 2))[:, 0] == 1)
+        return _crop_flip(x, padded, offsets[:, 0], offsets[:, 1], flip)
     top = torch.randint(0, 2 * padding + 1, (b,))
     left = torch.randint(0, 2 * padding + 1, (b,))
+    flip = torch.rand(b) < 0.5
+    return _crop_flip(x, padded, top, left, flip)
+
+
+def _crop_flip(
+    x: torch.Tensor, padded: torch.Tensor, top: torch.Tensor, left: torch.Tensor, flip: torch.Tensor
+) -> torch.Tensor:
+    """The ``[B, C, H, W]`` crops of ``padded`` at ``(top, left)``, mirrored where ``flip``."""
+    b, c, h, w = x.shape
     rows = (top[:, None] + torch.arange(h))[:, None, :, None]
     cols = (left[:, None] + torch.arange(w))[:, None, None, :]
     out = padded[torch.arange(b)[:, None, None, None], torch.arange(c)[None, :, None, None], rows, cols]
-    flip = torch.rand(b) < 0.5
     return torch.where(flip[:, None, None, None], out.flip(-1), out)
 
 

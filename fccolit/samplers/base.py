@@ -6,7 +6,12 @@ generator seeded by ``(seed, epoch)`` and gives rank ``r`` of ``W`` the slice ``
 * one process and ``W`` processes see the same global batches (the property the DDP tests check);
 * the slices of the ranks are disjoint and cover the global batch;
 * the stream is a pure function of ``(seed, epoch, position)``: :meth:`RankAwareBatchSampler.state_dict` and
-  :meth:`~RankAwareBatchSampler.load_state_dict` resume it mid-epoch.
+  :meth:`~RankAwareBatchSampler.load_state_dict` resume it mid-epoch;
+* every batch a rank receives is a :class:`SampledBatch`, a list of dataset indices that also carries the keys of
+  the random numbers its samples are drawn with (a seed that is a pure function of ``(seed, epoch, batch)`` and
+  each sample's position in the global batch). A dataset that augments (random crops, flips, affine transforms)
+  draws from these keys instead of a global generator, so augmentation is the same after a mid-epoch resume, in
+  any DataLoader worker and however the global batch is split among ranks.
 
 Lightning must not wrap these samplers: the trainer runs with ``use_distributed_sampler: false`` (the fccolit
 CLI's default), which otherwise reshuffles custom samplers under DDP.
@@ -15,12 +20,66 @@ CLI's default), which otherwise reshuffles custom samplers under DDP.
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 from torch.utils.data import Sampler
 
 from fccolit import distributed
+
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15  # 2^64 / φ: the splitmix64 increment
+_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+def _mix64_int(x: int) -> int:
+    """splitmix64's finaliser on a Python int (mod 2^64)."""
+    x &= _MASK64
+    x = ((x ^ (x >> 30)) * _M1) & _MASK64
+    x = ((x ^ (x >> 27)) * _M2) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _batch_seed(seed: int, epoch: int, index: int) -> int:
+    """The seed of global batch ``index`` of ``epoch``: 63 bits, a pure function of the three."""
+    x = _mix64_int(_mix64_int(seed * _GOLDEN + 0x5851F42D4C957F2D) + epoch * 0x9E6C63D0676A9A99)
+    return _mix64_int(x + index * _GOLDEN) >> 1
+
+
+def derived_seed(*parts: int) -> int:
+    """A 63-bit seed that is a pure function of the integers ``parts`` (splitmix64 chained over them): e.g. the
+    seed of a training step's random draws from ``(run seed, epoch, batch, rank)``."""
+    x = 0x2545F4914F6CDD1D
+    for part in parts:
+        x = _mix64_int(x + (int(part) & _MASK64) * _GOLDEN + 0x632BE59BD9B4E019)
+    return x >> 1
+
+
+class SampledBatch(list):
+    """One rank's share of a global training batch: a list of dataset indices with the batch's random-number keys.
+
+    Attributes:
+        seed: the batch seed, a pure function of ``(sampler seed, epoch, batch_index)``.
+        positions: position of each index of this list in the global batch (``rank, rank + W, ...``).
+        epoch, batch_index: where the batch sits in the stream.
+
+    A dataset draws a sample's random numbers (augmentation) from ``(seed, position)``, e.g. with
+    :func:`fccolit.samplers.ranking.batch_words`: they do not depend on generator state, on the DataLoader worker or
+    on how the global batch is split among ranks. A plain list pickles and passes through DataLoader workers
+    unchanged; so does this subclass.
+    """
+
+    def __init__(self, ids: Sequence[int], seed: int, positions: Sequence[int], epoch: int = 0, batch_index: int = 0):
+        super().__init__(ids)
+        self.seed = int(seed)
+        self.positions = [int(p) for p in positions]
+        self.epoch, self.batch_index = int(epoch), int(batch_index)
+        if len(self.positions) != len(self):
+            raise ValueError(f"{type(self).__name__}: {len(self)} ids but {len(self.positions)} positions")
+
+    def __reduce__(self):
+        return (type(self), (list(self), self.seed, self.positions, self.epoch, self.batch_index))
 
 
 class RankAwareBatchSampler(Sampler[list[int]]):
@@ -29,7 +88,11 @@ class RankAwareBatchSampler(Sampler[list[int]]):
     Args:
         seed: base seed; epoch ``e`` draws from ``torch.Generator().manual_seed(seed * 100_003 + e)``.
         rank, world_size: override the process group's values (tests; None reads ``torch.distributed``).
+
+    Yields :class:`SampledBatch` (``batch_type``) lists: this rank's indices with the batch's random-number keys.
     """
+
+    batch_type: type[SampledBatch] = SampledBatch
 
     def __init__(self, *, seed: int = 0, rank: int | None = None, world_size: int | None = None) -> None:
         self.seed = int(seed)
@@ -65,6 +128,10 @@ class RankAwareBatchSampler(Sampler[list[int]]):
     def generator(self, epoch: int) -> torch.Generator:
         return torch.Generator().manual_seed(self.seed * 100_003 + int(epoch))
 
+    def batch_seed(self, epoch: int, index: int) -> int:
+        """The seed carried by global batch ``index`` of ``epoch`` (see :class:`SampledBatch`)."""
+        return _batch_seed(self.seed, epoch, index)
+
     def set_epoch(self, epoch: int) -> None:
         """Called by Lightning at the start of every epoch."""
         if int(epoch) != self.epoch:
@@ -85,9 +152,11 @@ class RankAwareBatchSampler(Sampler[list[int]]):
                 "choose a batch size that is a multiple of the number of devices."
             )
         skip, self._skip = self._skip, 0
-        for b, batch in enumerate(self.global_batches(self.generator(self.epoch))):
+        epoch = self.epoch
+        for b, batch in enumerate(self.global_batches(self.generator(epoch))):
             if b >= skip:
-                yield batch[rank::world].tolist()
+                positions = range(rank, batch.shape[0], world)
+                yield self.batch_type(batch[rank::world].tolist(), self.batch_seed(epoch, b), positions, epoch, b)
 
     def state_dict(self, batches_consumed: int = 0) -> dict[str, int]:
         """Position of the stream: the epoch and how many of its batches training has consumed."""

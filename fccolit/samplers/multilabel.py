@@ -29,7 +29,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from fccolit.samplers.base import RankAwareBatchSampler
+from fccolit.samplers.base import RankAwareBatchSampler, SampledBatch
 from fccolit.samplers.binary import _stream
 
 __all__ = ["MultiLabelSampler", "MultiLabelPairDataset", "multilabel_pair_tables", "multilabel_sizes", "tasks_per_batch_for"]
@@ -208,7 +208,9 @@ class MultiLabelPairDataset(Dataset):
 
     Wraps a per-sample dataset whose batched ``__getitems__(sample_ids)`` returns a dict with the image (``x``)
     and the label vector ``y`` ``[B, T]``. Each distinct sample of a batch is fetched (decoded, augmented) once,
-    even when it appears under several tasks.
+    even when it appears under several tasks; for a training batch (:class:`~fccolit.samplers.base.SampledBatch`)
+    the base gets the sample ids as a ``SampledBatch`` keyed by the batch seed and the sample ids, so a sample's
+    augmentation does not depend on the rank or position it is drawn at.
 
     Batch fields (B positions of the flattened ``[K × (P + Q)]`` layout):
 
@@ -240,10 +242,14 @@ class MultiLabelPairDataset(Dataset):
         return {k: v[0] for k, v in self.__getitems__([pair]).items()}
 
     def __getitems__(self, pairs: Sequence[int]) -> dict[str, torch.Tensor]:
-        pairs = torch.as_tensor(pairs, dtype=torch.long)
+        keys = pairs if isinstance(pairs, SampledBatch) else None
+        pairs = torch.as_tensor(list(pairs), dtype=torch.long)
         task, sample = pairs // self.num_samples, pairs % self.num_samples
         unique, inverse = torch.unique(sample, return_inverse=True)
-        fetched = self.base.__getitems__(unique.tolist())
+        ids = unique.tolist()
+        if keys is not None:  # a training batch: a sample's random draws (augmentation) keyed by its id, on any rank
+            ids = SampledBatch(ids, keys.seed, ids, keys.epoch, keys.batch_index)
+        fetched = self.base.__getitems__(ids)
         batch = {k: v.index_select(0, inverse) if torch.is_tensor(v) else v for k, v in fetched.items()}
         batch["labels"] = batch.pop("y") if "y" in batch else self.labels.index_select(0, sample)
         batch.update(

@@ -44,7 +44,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from fccolit.samplers.base import RankAwareBatchSampler
+from fccolit.samplers.base import _GOLDEN, _M1, _M2, RankAwareBatchSampler, SampledBatch, _mix64_int
 
 __all__ = [
     "QueryBatch",
@@ -55,19 +55,6 @@ __all__ = [
     "sample_distinct",
     "mix64",
 ]
-
-_MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15  # 2^64 / φ: the splitmix64 increment
-_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-
-
-def _mix64_int(x: int) -> int:
-    """splitmix64's finaliser on a Python int (mod 2^64)."""
-    x &= _MASK64
-    x = ((x ^ (x >> 30)) * _M1) & _MASK64
-    x = ((x ^ (x >> 27)) * _M2) & _MASK64
-    return x ^ (x >> 31)
-
 
 def mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser, elementwise on a uint64 array (arithmetic wraps mod 2^64): a bijection whose
@@ -150,33 +137,9 @@ def sample_distinct(
     return np.where(valid, chosen, 0), valid
 
 
-def _batch_seed(seed: int, epoch: int, index: int) -> int:
-    """The seed of global batch ``index`` of ``epoch``: 63 bits, a pure function of the three."""
-    x = _mix64_int(_mix64_int(seed * _GOLDEN + 0x5851F42D4C957F2D) + epoch * 0x9E6C63D0676A9A99)
-    return _mix64_int(x + index * _GOLDEN) >> 1
-
-
-class QueryBatch(list):
-    """One rank's share of a global query batch: a list of query ids with the batch's random-number keys.
-
-    Attributes:
-        seed: the batch seed, a pure function of ``(sampler seed, epoch, batch_index)``.
-        positions: position of each query of this list in the global batch (``rank, rank + W, ...``).
-        epoch, batch_index: where the batch sits in the stream.
-
-    A plain list pickles and passes through DataLoader workers unchanged; so does this subclass.
-    """
-
-    def __init__(self, ids: Sequence[int], seed: int, positions: Sequence[int], epoch: int = 0, batch_index: int = 0):
-        super().__init__(ids)
-        self.seed = int(seed)
-        self.positions = [int(p) for p in positions]
-        self.epoch, self.batch_index = int(epoch), int(batch_index)
-        if len(self.positions) != len(self):
-            raise ValueError(f"QueryBatch: {len(self)} ids but {len(self.positions)} positions")
-
-    def __reduce__(self):
-        return (QueryBatch, (list(self), self.seed, self.positions, self.epoch, self.batch_index))
+class QueryBatch(SampledBatch):
+    """One rank's share of a global query batch: a list of query ids with the batch's random-number keys
+    (:class:`~fccolit.samplers.base.SampledBatch`: ``seed``, ``positions``, ``epoch``, ``batch_index``)."""
 
 
 class QueryBatchSampler(RankAwareBatchSampler):
@@ -194,6 +157,8 @@ class QueryBatchSampler(RankAwareBatchSampler):
         num_batches: batches per epoch (default: one pass over the eligible queries, ``⌈n_eligible / B⌉``).
         seed, rank, world_size: see :class:`~fccolit.samplers.RankAwareBatchSampler`.
     """
+
+    batch_type = QueryBatch
 
     def __init__(
         self,
@@ -233,10 +198,6 @@ class QueryBatchSampler(RankAwareBatchSampler):
     def global_batch_size(self) -> int:
         return self.queries_per_batch
 
-    def batch_seed(self, epoch: int, index: int) -> int:
-        """The seed carried by global batch ``index`` of ``epoch`` (see :class:`QueryBatch`)."""
-        return _batch_seed(self.seed, epoch, index)
-
     def global_batches(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
         n, size = self.eligible.numel(), self.queries_per_batch
         perm = self.eligible[torch.randperm(n, generator=generator)]
@@ -254,9 +215,3 @@ class QueryBatchSampler(RankAwareBatchSampler):
                 pos += size
             yield take
 
-    def __iter__(self) -> Iterator[QueryBatch]:
-        start = self._skip  # read before the base iterator (lazily) consumes it
-        epoch, world, rank = self.epoch, self.world_size, self.rank
-        positions = list(range(rank, self.queries_per_batch, world))
-        for b, ids in enumerate(super().__iter__(), start=start):
-            yield QueryBatch(ids, self.batch_seed(epoch, b), positions, epoch, b)
