@@ -66,7 +66,7 @@ def with_short_warmup(config: Path, spec: dict[str, Any], tmp_path: Path) -> tup
     # types in turn, and in a process where other tests ran first it has read "1" as 1.0 (a whole epoch)
     return copy, ["--trainer.max_epochs", str(STEPS), "--data.init_args.num_batches", "1", "--trainer.limit_train_batches", "1",
                   "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1",
-                  "--trainer.num_sanity_val_steps", "0", "--trainer.enable_checkpointing", "false"]
+                  "--trainer.num_sanity_val_steps", "0"]
 
 
 def prepare(config: Path, tmp_path: Path, monkeypatch) -> tuple[dict[str, Any], list[str]]:

@@ -455,17 +455,17 @@ def test_ksong_logs_the_share_above_lambda_and_a_solved_start_tracks_the_top_k(t
 
 
 @pytest.mark.parametrize("policy, expected", [("zero", 0.0), ("one", 1.0)])
-def test_empty_queries_policy_reaches_the_logged_ndcg(ltr, policy, expected):
-    """A query without relevant documents counts as ``empty_queries`` says (allRank's harness counts it as 1)."""
+def test_empty_query_ndcg_policy_reaches_the_logged_ndcg(ltr, policy, expected):
+    """A query without relevant documents counts as ``empty_query_ndcg`` says (allRank's harness counts it as 1)."""
     sizes, batch = ltr
-    module = make(SONG, sizes, empty_queries=policy, metrics=["ndcg@3"])
+    module = make(SONG, sizes, empty_query_ndcg=policy, metrics=["ndcg@3"])
     first = {k: v[:1] for k, v in batch.items()}
     first["relevance"] = torch.zeros_like(first["relevance"])  # no relevant document
     with torch.no_grad():
         module._eval_step("val", first)
     assert float(module.metrics["val"]["ndcg_at_3"].compute()) == expected
-    with pytest.raises(ValueError, match="empty_queries"):
-        make(SONG, sizes, empty_queries="ignore")
+    with pytest.raises(ValueError, match="empty_query_ndcg"):
+        make(SONG, sizes, empty_query_ndcg="ignore")
 
 
 # ------------------------------------------------------------------------------------------------ callbacks

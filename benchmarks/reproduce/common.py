@@ -161,17 +161,40 @@ class Runner:
     thread each), memoized: stages that share a setting run it once. ``run`` must be a module-level function and
     ``setting`` hashable (a frozen dataclass); load shared data before the first call so the workers inherit it."""
 
-    def __init__(self, run: Callable[[Any, int], dict], workers: int = 2) -> None:
+    def __init__(self, run: Callable[[Any, int], dict], workers: int = 2, cache: Path | None = None) -> None:
         self.run, self.workers = run, workers
         self.done: dict[tuple[Hashable, int], dict] = {}
+        self.cache = None if cache is None else Path(cache)
         ctx = multiprocessing.get_context("fork")
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx) if workers > 1 else None
 
+    def _cached(self, job: tuple[Hashable, int]) -> Path | None:
+        """The file holding ``job``'s result when ``cache`` is set: keyed by the setting's repr and the seed (a
+        rerun of the script with the same settings reads its runs back instead of repeating them)."""
+        if self.cache is None:
+            return None
+        import hashlib
+
+        key = hashlib.sha256(repr(job).encode()).hexdigest()[:24]
+        return self.cache / f"{key}.json"
+
     def many(self, jobs: Sequence[tuple[Hashable, int]]) -> list[dict]:
+        import json
+
+        for job in dict.fromkeys(jobs):
+            path = self._cached(job)
+            if job not in self.done and path is not None and path.is_file():
+                self.done[job] = json.loads(path.read_text())
         todo = [j for j in dict.fromkeys(jobs) if j not in self.done]
         results = self.pool.map(_call, [(self.run, *j) for j in todo]) if self.pool else map(_call, [(self.run, *j) for j in todo])
         for job, result in zip(todo, results):
             self.done[job] = result
+            path = self._cached(job)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(result))
+                tmp.replace(path)
         return [self.done[j] for j in jobs]
 
     def tune(self, settings: Sequence[Hashable], score: Callable[[dict], float], seed: int = 0) -> tuple[Any, list[dict]]:

@@ -79,9 +79,9 @@ class RankingSOX(SOX):
             authors' code, LibAUC). The first visit of a pair sets u to the estimate (seed 000 §2.4 item 1 (b)),
             so neither divides by zero.
         metrics: logged names (default above).
-        empty_queries: what NDCG counts for a query with no relevant item (ideal DCG 0) in validation and test:
-            ``"zero"`` (default, torchmetrics' convention), ``"one"`` (allRank's, the learning-to-rank harness of
-            Qiu et al., NeurIPS 2022, whose MSLR numbers then include such queries at 1) or ``"skip"`` (left out of
+        empty_query_ndcg: what NDCG counts for a query with no relevant item (ideal DCG 0) in validation and test:
+            ``"zero"`` (default, torchmetrics' convention), ``"one"`` (allRank's, the learning-to-rank harness that Qiu
+            et al., ICML 2022 ran their MSLR / Yahoo experiments in) or ``"skip"`` (left out of
             the mean). MSLR-WEB30K has about 3% of such queries, so the choice moves NDCG@k by up to 0.03.
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`.
     """
@@ -93,12 +93,12 @@ class RankingSOX(SOX):
         ema_weight: float = 0.1,
         u_for_gradient: str = "previous",
         metrics: Sequence[str] | None = None,
-        empty_queries: str = "zero",
+        empty_query_ndcg: str = "zero",
         **kwargs,
     ) -> None:
-        if empty_queries not in EMPTY_QUERY_POLICIES:
-            raise ValueError(f"empty_queries must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {empty_queries!r}")
-        self.empty_queries = empty_queries
+        if empty_query_ndcg not in EMPTY_QUERY_POLICIES:
+            raise ValueError(f"empty_query_ndcg must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {empty_query_ndcg!r}")
+        self.empty_query_ndcg = empty_query_ndcg
         sizes = kwargs.get("data_sizes") or {}
         recommendation = "num_users" in sizes
         if metrics is None:
@@ -109,11 +109,11 @@ class RankingSOX(SOX):
         if recommendation and self.metric_names:
             self._cutoffs = [_ndcg_cutoff(n, int(sizes["num_items"])) for n in self.metric_names]
             ks = tuple(sorted(set(self._cutoffs)))
-            self.full_ranking = nn.ModuleDict({stage: FullRankingNDCG(ks, empty=empty_queries) for stage in ("val", "test")})
+            self.full_ranking = nn.ModuleDict({stage: FullRankingNDCG(ks, empty=empty_query_ndcg) for stage in ("val", "test")})
         for stage in self.metrics.values():
             for metric in stage.values():
                 if isinstance(metric, NDCG):
-                    metric.empty = empty_queries
+                    metric.empty = empty_query_ndcg
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return score_lists(self.model, batch)
