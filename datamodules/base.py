@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import re
 import warnings
 from typing import Any
 
@@ -17,6 +20,20 @@ from fccolit.samplers import RankAwareBatchSampler, SequentialShardSampler
 warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
 
 
+#: constructor arguments that count batches or batch members: None (the default) or an integer >= 1
+BATCH_SIZE_ARGUMENT = re.compile(r"^(batch_size|eval_batch_size|num_batches|\w+_per_batch)$")
+
+
+def check_batch_sizes(owner: str, arguments: dict[str, Any]) -> None:
+    """Raise ``ValueError`` naming the first argument of ``arguments`` that :data:`BATCH_SIZE_ARGUMENT` covers and is
+    neither None nor an integer >= 1 (e.g. ``batch_size=0``), before any data is read or any step is taken."""
+    for name, value in arguments.items():
+        if not BATCH_SIZE_ARGUMENT.match(name) or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
+
+
 class FCCODataModule(LightningDataModule):
     """Base DataModule.
 
@@ -28,7 +45,29 @@ class FCCODataModule(LightningDataModule):
     checkpoint written mid-epoch continues with exactly the batches the interrupted run would have seen.
     """
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every subclass's constructor checks its batch-size arguments (:func:`check_batch_sizes`) first."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+        signature = inspect.signature(init)
+
+        @functools.wraps(init)
+        def checked_init(self: FCCODataModule, *args: Any, **kw: Any) -> None:
+            try:
+                bound = signature.bind(self, *args, **kw)
+            except TypeError:  # a wrong call: the constructor's own error says what
+                bound = None
+            if bound is not None:
+                bound.apply_defaults()
+                check_batch_sizes(type(self).__name__, {k: v for k, v in bound.arguments.items() if k != "self"})
+            init(self, *args, **kw)
+
+        cls.__init__ = checked_init
+
     def __init__(self, num_workers: int = 0, eval_batch_size: int = 1024) -> None:
+        check_batch_sizes(type(self).__name__, {"eval_batch_size": eval_batch_size})
         super().__init__()
         self.num_workers = num_workers
         self.eval_batch_size = eval_batch_size

@@ -15,10 +15,15 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import os
 import re
+import sys
 import warnings
+import zipfile
+from pathlib import Path
 from typing import Any, NoReturn
 
+import torch
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 from fccolit.algorithms import FCCOModule
@@ -72,11 +77,109 @@ def unknown_option_hint(message: str) -> str:
     return f"\n'{option}' is not a parameter of {class_path}.{guess} Its parameters: {', '.join(parameters)}."
 
 
+def _top_level_keys(parser: Any, message: str) -> list[str]:
+    """The top-level keys a config or command line may hold for the parser raising ``message``: its own options'
+    first components, or those of the subcommand named in "Subcommand 'fit' does not accept option ..."."""
+    subcommand = re.search(r"Subcommand '(\w+)' does not accept", message)
+    subparsers = getattr(parser, "_subcommands_action", None)
+    if subcommand and subparsers is not None and subcommand.group(1) in subparsers._name_parser_map:
+        parser = subparsers._name_parser_map[subcommand.group(1)]
+    keys = {a.dest.split(".")[0] for a in getattr(parser, "_actions", []) if a.dest and a.dest != "help"}
+    return sorted(keys - {"subcommand", "print_shtab"})
+
+
+def top_level_hint(message: str, parser: Any) -> str:
+    """A "Did you mean" line for a misspelled top-level key of a config (``seed_everythin:``, ``dataa:``) or flag
+    (``--ckpt_pth``): jsonargparse's "does not accept option 'x'" / "unrecognized arguments: --x" errors ("" when
+    the unknown name is under a known key, which :func:`unknown_option_hint` handles)."""
+    found = re.search(r"does not accept option '([\w.]+)'", message) or re.search(r"unrecognized arguments: --([\w.]+)", message)
+    if not found:
+        return ""
+    first = found.group(1).split(".")[0]
+    keys = _top_level_keys(parser, message)
+    if not keys or first in keys:
+        return ""
+    close = difflib.get_close_matches(first, keys, n=1)
+    guess = f" Did you mean '{close[0]}'?" if close else ""
+    return f"\n'{first}' is not a top-level key.{guess} The top-level keys: {', '.join(keys)}."
+
+
 class FCCOArgumentParser(LightningArgumentParser):
-    """Adds the closest valid name to "option not accepted" errors (a misspelled config key or ``--...`` flag)."""
+    """Adds the closest valid name to "option not accepted" errors (a misspelled config key or ``--...`` flag, at the
+    top level or inside a class's options)."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        super().error(message + unknown_option_hint(message), ex)
+        super().error(message + (unknown_option_hint(message) or top_level_hint(message, self)), ex)
+
+
+def check_checkpoint_file(path: str | os.PathLike) -> None:
+    """Raise ``ValueError`` naming ``path`` when it is not a complete PyTorch checkpoint: empty, truncated (a copy or
+    a write cut short) or corrupted (a member failing its CRC). Reads the whole file once (the zip CRCs)."""
+    path = Path(path)
+    size = path.stat().st_size
+    advice = "resume from an earlier checkpoint (or the last complete copy of this one)"
+    if size == 0:
+        raise ValueError(f"checkpoint {path} is empty (0 bytes): it is incomplete (a write or copy cut short); {advice}")
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic != b"PK":  # not the zip container torch.save writes (the legacy format starts with a pickle opcode)
+        if magic[:1] == b"\x80":
+            return
+        raise ValueError(f"checkpoint {path} ({size} bytes) is not a PyTorch checkpoint (it does not start as one)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            broken = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError) as err:
+        raise ValueError(
+            f"checkpoint {path} ({size} bytes) is incomplete: it is truncated or damaged ({err}); {advice}"
+        ) from None
+    if broken is not None:
+        raise ValueError(f"checkpoint {path} is corrupted: its entry {broken!r} fails its CRC check; {advice}")
+
+
+_NOT_COMPARED = {"_class_path", "_instantiator", "data_sizes"}  # bookkeeping and link targets (set from the data)
+
+
+def _plain(value: Any) -> Any:
+    """A config value as plain Python (jsonargparse Namespaces as dicts, tuples as lists) for comparisons."""
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def hyperparameter_changes(checkpoint: dict[str, Any], model_config: Any) -> list[tuple[str, Any, Any]]:
+    """``(key, checkpoint value, configured value)`` for every hyper-parameter the module saved in ``checkpoint``
+    (``hyper_parameters``) that the configured model (``class_path`` / ``init_args``) sets to another value, the
+    class included; then the optimizer's settings (``optimizer.init_args.<key>``) that differ from the
+    checkpoint's first optimizer's (its ``initial_lr`` for ``lr`` under a scheduler)."""
+    saved = dict(checkpoint.get("hyper_parameters") or {})
+    config = _plain(model_config) or {}
+    init_args = dict(config.get("init_args") or {})
+    changes: list[tuple[str, Any, Any]] = []
+    saved_class = saved.get("_class_path")
+    if saved_class and config.get("class_path") and saved_class != config["class_path"]:
+        changes.append(("class_path", saved_class, config["class_path"]))
+    for key, old in saved.items():
+        if key in _NOT_COMPARED or key not in init_args:
+            continue
+        new = init_args[key]
+        if _plain(old) != new:
+            changes.append((key, old, new))
+    optimizer = init_args.get("optimizer")
+    groups = [state.get("param_groups", []) for state in checkpoint.get("optimizer_states", [])]
+    if isinstance(optimizer, dict) and groups and groups[0]:
+        group = groups[0][0]
+        for key, new in (optimizer.get("init_args") or {}).items():
+            old = _plain(group.get("initial_lr", group.get(key)) if key == "lr" else group.get(key))
+            if old is not None and not isinstance(old, dict) and old != _plain(new) and not (
+                isinstance(old, (int, float)) and isinstance(new, (int, float)) and float(old) == float(new)
+            ):
+                changes.append((f"optimizer.init_args.{key}", old, new))
+    return changes
 
 
 class FCCOLitCLI(LightningCLI):
@@ -95,6 +198,39 @@ class FCCOLitCLI(LightningCLI):
             if cause is err or type(cause).__module__.startswith("jsonargparse"):
                 raise
             raise cause from None
+
+    def _parse_ckpt_path(self) -> None:
+        """With ``--ckpt_path``: first check the file is a complete checkpoint (an error naming it otherwise).
+
+        LightningCLI then overwrites the configured model's hyper-parameters with the checkpoint's, so a value
+        changed on the command line was dropped without a word. Here, when the configuration names a model, it is
+        what runs: each module hyper-parameter that differs from the checkpoint's is printed (checkpoint → now).
+        The optimizer's settings are restored from the checkpoint's optimizer state by Lightning, so one that
+        differs is refused, listing the keys. Without a model in the configuration the checkpoint's is used."""
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not ckpt_path or not Path(ckpt_path).is_file():
+            return super()._parse_ckpt_path()
+        check_checkpoint_file(ckpt_path)
+        model_config = self.config[subcommand].get("model")
+        if model_config is None or not getattr(model_config, "class_path", None):
+            return super()._parse_ckpt_path()
+        checkpoint = torch.load(ckpt_path, weights_only=True, map_location="cpu")
+        changes = hyperparameter_changes(checkpoint, model_config)
+        optimizer_changes = [c for c in changes if c[0].startswith("optimizer.")]
+        listing = lambda rows: "\n".join(f"  {k}: {old!r} (checkpoint) -> {new!r} (configured)" for k, old, new in rows)  # noqa: E731
+        if optimizer_changes:
+            raise ValueError(
+                f"resuming from {ckpt_path} with optimizer settings that differ from the checkpoint's:\n"
+                f"{listing(optimizer_changes)}\nLightning restores the optimizer's state (its settings included) "
+                "from the checkpoint, so these would be ignored: configure the checkpoint's values to resume, or "
+                "start a new run from the checkpoint's weights (a callback or the model's pretrained weights)."
+            )
+        if changes and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            sys.stderr.write(
+                f"Resuming from {ckpt_path} with hyper-parameters that differ from the checkpoint's; the configured "
+                f"values apply:\n{listing(changes)}\n"
+            )
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.link_arguments("data", "model.init_args.data_sizes", compute_fn=data_sizes, apply_on="instantiate")

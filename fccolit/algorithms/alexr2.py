@@ -232,6 +232,7 @@ class ALEXR2(NonsmoothFCCOModule):
 
         inner_opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
+        self.check_finite_step(inner_opt, loss)
         if self.gradient_clip_val:
             self.clip_gradients(
                 inner_opt, gradient_clip_val=self.gradient_clip_val, gradient_clip_algorithm=self.gradient_clip_algorithm
@@ -249,6 +250,8 @@ class ALEXR2(NonsmoothFCCOModule):
         """``G_t = (w_t − z_K)/ν`` into ``.grad``, the parameters back to ``w_t``, the optimizer's step, new anchor."""
         for p, w in zip(params, self.anchor.tensors(), strict=True):
             p.grad = (w - p) / self.nu
+        self.check_finite_step(optimizer)  # before the parameters go back to w_t: a failed step changes nothing
+        for p, w in zip(params, self.anchor.tensors(), strict=True):
             p.copy_(w)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

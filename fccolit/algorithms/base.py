@@ -8,6 +8,11 @@ One training step of every algorithm in fccolit is::
     loss    = mean_i ⟨ stop_grad(∇f_i(u_i)), ĝ_i(w) ⟩       # its gradient is the compositional estimator
     manual_backward(loss); clip; optimizer.step(); scheduler.step()
 
+Every step passes through :meth:`FCCOModule.check_finite_step` before the optimizer steps (no step on a non-finite
+loss or gradient: a ``FloatingPointError`` naming the step and the likely cause) and starts from random generators
+seeded by ``(run seed, epoch, batch, rank)`` (:meth:`FCCOModule.seed_step_generators`), so dropout draws the same
+after a resume from a checkpoint as in the uninterrupted run.
+
 What differs between papers is :meth:`FCCOModule.update_state` (and, for double-loop methods, what happens
 every K steps). The scalar ``loss`` is a surrogate whose gradient is right; its value means nothing, so it is
 never logged. The module logs ``train/objective``, the plug-in estimate ``mean_i f_i(u_i)`` of F, and the
@@ -16,8 +21,12 @@ validation / test metrics as ``{stage}/{metric}`` (``val/ap``, ``val/ndcg@10``, 
 
 from __future__ import annotations
 
+import os
+import random
+import secrets
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
@@ -26,7 +35,11 @@ from torch import nn
 from fccolit import distributed
 from fccolit.metrics import build_metric, metric_kind
 from fccolit.objectives.base import FCCOObjective, InnerBatch
+from fccolit.samplers.base import derived_seed
 from fccolit.state import IndexedState, InitialState, StateUpdate
+
+#: the checkpoint entry of what exact resumption needs beyond the state dicts (see FCCOModule.on_save_checkpoint)
+RESUME_KEY = "fccolit_resume"
 
 OptimizerFactory = OptimizerCallable
 SchedulerFactory = LRSchedulerCallable
@@ -163,8 +176,11 @@ class FCCOModule(LightningModule):
             }
         )
         # running sum and count of f_i(u_i) over the epoch (plain tensors: a torchmetrics object costs ~1 ms a step)
+        # (not in the state dict, whose values one process and W processes share: the checkpoint keeps the sums
+        # over every rank apart, see on_save_checkpoint)
         self.register_buffer("_objective_sum", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("_objective_count", torch.zeros((), dtype=torch.float64), persistent=False)
+        self._random_draw_seed: int | None = None  # the run's seed of the per-step generators (on_fit_start)
         self.configure_state()
         state = getattr(self, "state", None)
         if initial_state != "first_estimate" and (not isinstance(state, IndexedState) or state.initial_value is None):
@@ -279,6 +295,35 @@ class FCCOModule(LightningModule):
 
     def on_fit_start(self) -> None:
         distributed.reset_row_capacity()  # every rank pads the state's all-gather alike from here on
+        if self._random_draw_seed is None:  # a fresh run (a resumed one restored it in on_load_checkpoint)
+            self._random_draw_seed = self._new_random_draw_seed()
+
+    def _new_random_draw_seed(self) -> int:
+        """The run's seed of the per-step generators: ``seed_everything``'s seed when there is one, else a fresh
+        random one (not drawn from torch's generator, whose stream it must not shift); rank 0's on every rank."""
+        global_seed = os.environ.get("PL_GLOBAL_SEED")
+        seed = int(global_seed) if global_seed is not None else secrets.randbits(63)
+        if self._trainer is not None and distributed.is_distributed():
+            seed = int(self.trainer.strategy.broadcast(seed, src=0))
+        return seed
+
+    def seed_step_generators(self, batch_idx: int) -> None:
+        """Seed torch's generators (CPU, and the module's CUDA device), numpy's and Python's global generators from
+        ``(run seed, epoch, batch_idx, rank)`` at the start of every training batch.
+
+        Whatever a step draws from them (dropout, noise, a model's own sampling) is then a pure function of where
+        the step is, not of how much the process drew before: a run resumed from a checkpoint written mid-epoch
+        draws exactly what the uninterrupted run drew, with no generator state in the checkpoint beyond the run
+        seed (DataLoader workers and a restored process included). Each rank draws its own numbers. The data's own
+        randomness (sampling, augmentation) is keyed by the batch instead (:class:`~fccolit.samplers.base.SampledBatch`).
+        """
+        seed = derived_seed(self._random_draw_seed or 0, self.current_epoch, batch_idx, self.global_rank)
+        torch.default_generator.manual_seed(seed)
+        if self.device.type == "cuda":
+            with torch.cuda.device(self.device):
+                torch.cuda.manual_seed(seed)
+        np.random.seed(seed & 0xFFFFFFFF)
+        random.seed(seed)
 
     def _logging_step(self) -> bool:
         """Whether the logger writes this batch's values (Lightning writes when ``(batches so far + 1)`` is a multiple
@@ -289,6 +334,7 @@ class FCCOModule(LightningModule):
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self._write_logs = self._logging_step()
+        self.seed_step_generators(batch_idx)
 
     def log_objective_estimate(self, estimate: torch.Tensor | None) -> None:
         """Accumulate the epoch's running mean of ``estimate`` (this step's ``f_i(u_i)`` of the batch's rows, or
@@ -318,6 +364,7 @@ class FCCOModule(LightningModule):
         self.manual_backward(loss)
         if add_to_gradient is not None:
             add_to_gradient()
+        self.check_finite_step(opt, loss)
         if self.gradient_clip_val:
             self.clip_gradients(
                 opt, gradient_clip_val=self.gradient_clip_val, gradient_clip_algorithm=self.gradient_clip_algorithm
@@ -326,6 +373,84 @@ class FCCOModule(LightningModule):
         scheduler = self.lr_schedulers()
         if scheduler is not None and self.scheduler_interval == "step":
             scheduler.step()
+
+    def check_finite_step(self, optimizer: Any, loss: torch.Tensor | None = None) -> None:
+        """Raise ``FloatingPointError`` before ``optimizer`` steps on a non-finite gradient (or ``loss``): the step
+        is not taken, so the parameters, the optimizer's state and every checkpoint written so far stay finite.
+
+        Every algorithm passes through here (:meth:`optimization_step`, and the manual steps of double-loop methods)
+        right before its optimizer steps. Under DDP the gradients are the all-reduced ones, the same on every rank,
+        so every rank stops at the same step; the loss is checked in a single process only (a rank's non-finite loss
+        shows in the all-reduced gradient). Costs one host-device synchronization per step.
+        """
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        checks = list(torch._foreach_norm(grads, float("inf"))) if grads else []
+        if loss is not None and not distributed.is_distributed():
+            checks.append(loss.detach().abs().amax())
+        if not checks:
+            return
+        peak = torch.stack([c.to(torch.float64) for c in checks])
+        if bool(torch.isfinite(peak).all()):
+            return
+        what = "gradient" if not bool(torch.isfinite(peak[: len(grads)]).all()) else "loss"
+        lrs = sorted({float(g["lr"]) for g in optimizer.param_groups if "lr" in g})
+        finite_params = all(bool(torch.isfinite(p).all()) for p in self.parameters())
+        raise FloatingPointError(
+            f"{type(self).__name__}: non-finite {what} at global step {self.global_step} (epoch {self.current_epoch}): "
+            "the optimizer step was not taken and training stops here (the checkpoints written so far are finite). "
+            + (
+                f"Likely cause: the learning rate ({', '.join(f'{lr:g}' for lr in lrs) or '?'}) is too large and the "
+                "iterates diverged; lower it (or the algorithm's step sizes), or clip gradients (gradient_clip_val)."
+                if finite_params else
+                "The parameters themselves are non-finite: the model was loaded or initialized with NaN / inf."
+            )
+            + " Non-finite inputs in the data give the same error."
+        )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse to write a non-finite checkpoint, and add what an exact resume needs beyond the state dicts:
+        the run seed of the per-step generators and the epoch's running totals of ``train/objective_epoch`` summed
+        over every rank (Lightning writes rank 0's checkpoint; this hook runs on every rank)."""
+        for name, value in self._non_finite_entries(checkpoint):
+            raise FloatingPointError(
+                f"{type(self).__name__}: the checkpoint at global step {self.global_step} would hold non-finite values "
+                f"({name}); it is not written (the previous checkpoints are kept). Likely cause: a learning rate too "
+                "large for this model and data."
+            )
+        totals = torch.stack([self._objective_sum, self._objective_count]).detach().clone()
+        if distributed.is_distributed():
+            torch.distributed.all_reduce(totals)
+        checkpoint[RESUME_KEY] = {
+            "random_draw_seed": self._random_draw_seed,
+            "objective_sum": float(totals[0]),
+            "objective_count": float(totals[1]),
+        }
+
+    def _non_finite_entries(self, checkpoint: dict[str, Any]) -> Iterable[tuple[str, torch.Tensor]]:
+        """The parameters and optimizer-state tensors of ``checkpoint`` holding NaN or ±inf (buffers may hold NaN
+        on purpose: an unvisited row of a per-index state, an anchor not yet set)."""
+        state = checkpoint.get("state_dict", {})
+        for name, _ in self.named_parameters():
+            value = state.get(name)
+            if torch.is_tensor(value) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                yield f"parameter {name}", value
+        for k, opt_state in enumerate(checkpoint.get("optimizer_states", [])):
+            for param_id, entries in opt_state.get("state", {}).items():
+                for key, value in entries.items():
+                    if torch.is_tensor(value) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                        yield f"optimizer {k} state {key!r} of parameter {param_id}", value
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the run seed of the per-step generators and the epoch's running totals (rank 0 holds every rank's
+        sums, the other ranks start from zero: the epoch-end all-reduce adds them up)."""
+        resume = checkpoint.get(RESUME_KEY)
+        if not resume:
+            return
+        if resume.get("random_draw_seed") is not None:
+            self._random_draw_seed = int(resume["random_draw_seed"])
+        first = self._trainer is None or self.global_rank == 0
+        self._objective_sum.fill_(resume.get("objective_sum", 0.0) if first else 0.0)
+        self._objective_count.fill_(resume.get("objective_count", 0.0) if first else 0.0)
 
     def on_train_epoch_end(self) -> None:
         if self.objective is not None or self.tracks_training_estimate:
