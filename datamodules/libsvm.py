@@ -17,7 +17,7 @@ import torch
 
 from fccolit.data import binary_fields, binary_sizes
 from fccolit.io.cache import CACHE_DIRNAME, cache_key, cached_arrays, default_cache_dir
-from fccolit.io.libsvm import parse_libsvm
+from fccolit.io.libsvm import dense_size_error, parse_libsvm
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 
 from fccolit.datamodules.base import FCCODataModule
@@ -81,7 +81,7 @@ class LibSVMDataModule(FCCODataModule):
     Parsing happens in ``__init__`` through a cache, so :attr:`sizes` (``num_samples``, ``num_positives``:
     training split; ``num_features``: D) exist right after construction. The cache entry
     ``<cache_dir>/libsvm-<name>-<hash>/`` holds the finished splits as ``.npy`` files (memory-mappable), keyed by
-    the raw files (size, mtime, first / last MiB) and every option above; a second construction loads it without
+    the raw files' whole content (SHA-256) and every option above; a second construction loads it without
     parsing. ``cache_dir`` defaults to ``root/.fccolit-cache``, or to ``~/.cache/fccolit`` (``$FCCOLIT_CACHE``)
     when ``root`` is read-only.
 
@@ -174,7 +174,21 @@ class LibSVMDataModule(FCCODataModule):
     def _build(self) -> dict[str, np.ndarray]:
         train = parse_libsvm(self.train_file, num_features=self.num_features)
         test = parse_libsvm(self.test_file, num_features=self.num_features) if self.test_file is not None else None
+        if test is not None and test.labels.size == 0:
+            raise ValueError(
+                f"{self.test_file}: the test file holds no example (is it empty or truncated?); download it again "
+                f"from {LIBSVM_DATASETS_URL}, or remove it to hold out test_fraction of {self.train_file.name} instead"
+            )
         width = self.num_features or max(train.num_features, test.num_features if test is not None else 0)
+        # the file whose largest index sets the width is the one to name, before any dense allocation
+        widest = train if test is None or train.num_features >= test.num_features else test
+        line, column = widest.widest_feature()
+        if column + 1 != width:
+            line, column = 0, width - 1
+        rows = train.labels.size + (0 if test is None else test.labels.size)
+        error = dense_size_error(rows, width, np.float32, widest.path, line, column + 1)
+        if error is not None:
+            raise error
         label_values = self._label_values(train.labels, None if test is None else test.labels)
         y = (train.labels == label_values[1]).astype(np.int8)
 

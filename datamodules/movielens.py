@@ -28,7 +28,9 @@ and the paper's 26,744 for ML-20M).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import tempfile
 import urllib.request
@@ -37,8 +39,9 @@ import zipfile
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from fccolit.io.cache import CACHE_DIRNAME
-from fccolit.io.ratings import read_movielens_ratings
+from fccolit.io.ratings import MOVIELENS_FORMATS, Ratings, read_movielens_ratings
 
 from fccolit.datamodules.ranking import RecommendationDataModule
 
@@ -57,6 +60,41 @@ MOVIELENS_RELEASES: dict[str, tuple[str, str]] = {
     "ml-latest": ("ml-latest", "ratings.csv"),
 }
 _FILES = ("u.data", "ratings.dat", "ratings.csv")
+
+#: MD5 of each release's zip as GroupLens publishes it beside the zip (``<release>.zip.md5``, e.g. the line
+#: ``MD5 (ml-20m.zip) = cd245b17a1ae2cc31bb14903e1204af3``). Releases missing here (ml-32m, and ml-latest /
+#: ml-latest-small, which GroupLens regenerates over time) are checked against the ``.md5`` file fetched from
+#: GroupLens at download time.
+MOVIELENS_MD5: dict[str, str] = {
+    "ml-100k": "0e33842e24a9c977be4e0107933c0723",
+    "ml-1m": "c4d9eecfca2ab87c1945afe126590906",
+    "ml-10m": "ce571fd55effeba0271552578f2648bd",
+    "ml-20m": "cd245b17a1ae2cc31bb14903e1204af3",
+    "ml-25m": "6b51fb2759a8657d3bfcbfc42b592ada",
+}
+#: The rating scale of each release (its README): whole stars 1-5 in ml-100k and ml-1m, half stars 0.5-5.0 from
+#: ml-10m on. A file not named by its release (a bare ``ratings.csv`` / ``ratings.dat``) gets the widest, 0.5-5.
+MOVIELENS_SCALES: dict[str, tuple[float, float]] = {
+    "ml-100k": (1.0, 5.0),
+    "ml-1m": (1.0, 5.0),
+}
+DEFAULT_SCALE = (0.5, 5.0)
+
+
+def require_relevant_pairs(module, path: Path, relevance: str, threshold: float) -> None:
+    """Raise, naming ``path``, when a recommendation DataModule's training split has no relevant (user, item) pair
+    (SONG's state and the training sampler need at least one)."""
+    if module.sizes["num_pairs"] > 0:
+        return
+    why = (
+        f"with relevance='binary' no training rating reaches relevance_threshold={threshold:g}"
+        if relevance == "binary"
+        else "every training rating is 0"
+    )
+    raise ValueError(
+        f"{path}: no relevant training (user, item) pair: {why}; training draws relevant pairs, so lower the "
+        "threshold or use relevance='graded'"
+    )
 
 
 def _listing(root: Path) -> str:
@@ -111,12 +149,56 @@ def detect_movielens(root: str | os.PathLike) -> tuple[str, Path]:
     return found[0]
 
 
+def file_md5(path: str | os.PathLike) -> str:
+    """MD5 (hex) of a file's whole content, read 8 MiB at a time."""
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(8 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _published_md5(version: str) -> str:
+    """The MD5 GroupLens publishes in ``<version>.zip.md5`` (``MD5 (<version>.zip) = <hex>`` or ``<hex>  <name>``)."""
+    url = f"{GROUPLENS_URL}{version}.zip.md5"
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            text = response.read(4096).decode("ascii", errors="replace")
+    except OSError as err:
+        raise RuntimeError(
+            f"cannot fetch the published checksum {url} ({err}), so the download of {version}.zip cannot be "
+            f"verified; download the zip and its .md5 by hand from {MOVIELENS_PAGE}"
+        ) from err
+    found = re.findall(r"\b[0-9a-fA-F]{32}\b", text)
+    if len(found) != 1:
+        raise RuntimeError(f"{url} does not hold one MD5 checksum: {text[:200]!r}")
+    return found[0].lower()
+
+
+def verify_movielens_zip(archive: str | os.PathLike, version: str, expected: str | None = None) -> None:
+    """Check ``archive`` against the MD5 GroupLens publishes for ``version`` (:data:`MOVIELENS_MD5`, or
+    ``expected`` when given).
+
+    Raises:
+        ValueError: the MD5 differs (names the file, both checksums and what to do).
+    """
+    expected = (expected or MOVIELENS_MD5[version]).lower()
+    actual = file_md5(archive)
+    if actual != expected:
+        raise ValueError(
+            f"{archive}: MD5 {actual} differs from the checksum GroupLens publishes for {version}.zip ({expected}): "
+            f"the file is corrupt or incomplete; delete it and download it again from {GROUPLENS_URL}{version}.zip"
+        )
+
+
 def _extract(archive: Path, root: Path, version: str) -> Path:
     """Extract the release folder of ``archive`` into ``root`` (atomically: a temporary folder, then a rename)."""
     folder, name = MOVIELENS_RELEASES[version]
     target = root / folder
     if (target / name).is_file():
         return target / name
+    if version in MOVIELENS_MD5:  # a zip put there by hand is checked too (the download checked its own)
+        verify_movielens_zip(archive, version)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder}.extract-", dir=root))
     try:
         with zipfile.ZipFile(archive) as z:
@@ -137,8 +219,14 @@ def _extract(archive: Path, root: Path, version: str) -> Path:
 
 
 def download_movielens(root: str | os.PathLike, version: str) -> Path:
-    """Download ``<version>.zip`` from GroupLens into ``root`` (to a temporary name, renamed when complete) and
-    extract it. Returns the ratings file."""
+    """Download ``<version>.zip`` from GroupLens into ``root`` (to a temporary name, renamed when complete and
+    verified against the published MD5: :data:`MOVIELENS_MD5`, else the ``.md5`` file GroupLens serves beside the
+    zip) and extract it. Returns the ratings file.
+
+    Raises:
+        ValueError: the downloaded zip does not match the published MD5 (nothing is kept).
+        RuntimeError: the download (or, for a release without an embedded checksum, the ``.md5`` file) failed.
+    """
     if version not in MOVIELENS_RELEASES:
         raise ValueError(f"unknown MovieLens release {version!r}; known: {sorted(MOVIELENS_RELEASES)}")
     root = Path(root)
@@ -151,6 +239,14 @@ def download_movielens(root: str | os.PathLike, version: str) -> Path:
         try:
             with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
                 shutil.copyfileobj(response, out, length=1 << 20)
+            expected = MOVIELENS_MD5.get(version) or _published_md5(version)
+            try:
+                verify_movielens_zip(tmp, version, expected)
+            except ValueError:
+                raise ValueError(
+                    f"the download of {url} does not match the checksum GroupLens publishes ({expected}; got "
+                    f"{file_md5(tmp)}): it is corrupt or incomplete, and was deleted; try again"
+                ) from None
             os.replace(tmp, archive)
         except OSError as err:
             raise RuntimeError(
@@ -193,6 +289,10 @@ class MovieLensDataModule(RecommendationDataModule):
         num_workers, eval_batch_size: DataLoader workers; users per evaluation batch (full ranking scores
             ``[eval_batch_size, num_items]`` at once).
         cache_dir: cache location (None: ``root/.fccolit-cache`` or ``~/.cache/fccolit``).
+        rating_scale: ``(lowest, highest)`` rating; one outside it is an error naming the file, line and value
+            (a rating far outside the scale would overflow the gain 2^y − 1). None: the release's published scale
+            (:data:`MOVIELENS_SCALES`: 1–5 for ml-100k and ml-1m, else 0.5–5). Pass your data's scale for a
+            ratings file that is not MovieLens'.
     """
 
     def __init__(
@@ -218,6 +318,7 @@ class MovieLensDataModule(RecommendationDataModule):
         num_workers: int = 0,
         eval_batch_size: int = 256,
         cache_dir: str | os.PathLike | None = None,
+        rating_scale: tuple[float, float] | None = None,
     ) -> None:
         super().__init__(
             queries_per_batch, num_positives, num_batches, top_k, seed, num_workers, eval_batch_size, cache_dir
@@ -225,10 +326,27 @@ class MovieLensDataModule(RecommendationDataModule):
         self.root = Path(root)
         self.version, self.ratings_file = self._find(version, download)
         fmt = self.ratings_file.name
+        if rating_scale is None:
+            rating_scale = MOVIELENS_SCALES.get(self.version, DEFAULT_SCALE)
+        low, high = (float(v) for v in rating_scale)
+        if not (np.isfinite(low) and np.isfinite(high) and 0 <= low <= high):
+            raise ValueError(f"rating_scale must be (lowest, highest) with 0 <= lowest <= highest, got {rating_scale}")
+        self.rating_scale = (low, high)
+
+        def read() -> Ratings:
+            ratings = read_movielens_ratings(self.ratings_file, fmt, rating_scale=self.rating_scale)
+            if len(ratings) == 0:
+                content = "only its header line" if MOVIELENS_FORMATS[fmt][1] is not None else "no rating line"
+                raise ValueError(
+                    f"{self.ratings_file}: the ratings file holds no rating ({content}); is it truncated? Extract "
+                    f"it again from the release zip ({MOVIELENS_PAGE})"
+                )
+            return ratings
+
         self._load(
             self.root,
             [self.ratings_file],
-            lambda: read_movielens_ratings(self.ratings_file, fmt),
+            read,
             f"movielens-{self.version}",
             protocol=protocol,
             num_test=num_test,
@@ -240,8 +358,9 @@ class MovieLensDataModule(RecommendationDataModule):
             eval_negatives=eval_negatives,
             eval_negatives_seed=eval_negatives_seed,
             num_negatives=num_negatives,
-            extra_options={"format": fmt},
+            extra_options={"format": fmt, "rating_scale": list(self.rating_scale)},
         )
+        require_relevant_pairs(self, self.ratings_file, relevance, relevance_threshold)
 
     def _find(self, version: str | None, download: bool) -> tuple[str, Path]:
         """``(release or format name, ratings file)``."""

@@ -262,8 +262,19 @@ class MSLRDataModule(RankingDataModule):
         for g in grouped.values():
             if g["features"].shape[1] < width:  # a split without the highest feature index (Yahoo)
                 g["features"] = np.pad(g["features"], ((0, 0), (0, width - g["features"].shape[1])))
-        if grouped["train"]["indptr"].size <= 1:
-            raise ValueError(f"{self.files['train'][0]}: the training file holds no document")
+        for split, g in grouped.items():
+            if g["indptr"].size <= 1:
+                role = {"train": "training", "val": "validation", "test": "test"}[split]
+                raise ValueError(
+                    f"{self.files[split][0]}: the {role} file holds no document (is it empty or truncated?); "
+                    f"extract it again from the data set's archive"
+                )
+        if not (grouped["train"]["relevance"] > 0).any():
+            raise ValueError(
+                f"{self.files['train'][0]}: no query of the training file has a relevant document (every relevance "
+                f"label of its {grouped['train']['relevance'].size} documents is 0); training draws (query, relevant "
+                "document) pairs, so it needs labels > 0 (is the label column right, or is this an evaluation file?)"
+            )
         if self.normalize == "allrank" and self._default_lists and width != 136:
             raise ValueError(
                 f"{self.files['train'][0]}: normalize='allrank' uses allRank's MSLR feature lists, which need 136 "

@@ -31,8 +31,9 @@ from typing import Literal
 import numpy as np
 
 from fccolit.io.cache import CACHE_DIRNAME
-from fccolit.io.ratings import Ratings, read_netflix_probe, read_netflix_ratings
+from fccolit.io.ratings import NETFLIX_SCALE, Ratings, read_netflix_probe, read_netflix_ratings
 
+from fccolit.datamodules.movielens import require_relevant_pairs
 from fccolit.datamodules.ranking import RecommendationDataModule
 
 NETFLIX_PAGE = "https://www.kaggle.com/datasets/netflix-inc/netflix-prize-data"
@@ -84,6 +85,9 @@ def _probe_test_mask(ratings: Ratings, probe_path: Path) -> np.ndarray:
 
 class NetflixDataModule(RecommendationDataModule):
     """Netflix Prize ratings as per-user ranking lists (batch schema in :mod:`fccolit.datamodules.ranking`).
+
+    Ratings must be on the Netflix scale 1–5 (:data:`~fccolit.io.ratings.NETFLIX_SCALE`); another value is an error
+    naming the file, line and value.
 
     The same protocols and options as :class:`~fccolit.datamodules.movielens.MovieLensDataModule` (see
     :class:`~fccolit.datamodules.ranking.RecommendationDataModule`), plus:
@@ -143,10 +147,20 @@ class NetflixDataModule(RecommendationDataModule):
             files.append(self.probe_file)
             test_mask = functools.partial(_probe_test_mask, probe_path=self.probe_file)
 
+        def read() -> Ratings:
+            ratings = read_netflix_ratings(self.rating_files, rating_scale=NETFLIX_SCALE)
+            if len(ratings) == 0:
+                names = ", ".join(str(p) for p in self.rating_files)
+                raise ValueError(
+                    f"{names}: the rating files hold no rating (are they empty or truncated?); download them again "
+                    f"from {NETFLIX_PAGE}"
+                )
+            return ratings
+
         self._load(
             self.root,
             files,
-            lambda: read_netflix_ratings(self.rating_files),
+            read,
             "netflix",
             protocol=protocol,
             num_test=num_test,
@@ -158,6 +172,11 @@ class NetflixDataModule(RecommendationDataModule):
             eval_negatives=eval_negatives,
             eval_negatives_seed=eval_negatives_seed,
             num_negatives=num_negatives,
-            extra_options={"holdout": holdout, "files": [p.name for p in self.rating_files]},
+            extra_options={
+                "holdout": holdout,
+                "files": [p.name for p in self.rating_files],
+                "rating_scale": list(NETFLIX_SCALE),
+            },
             test_mask=test_mask,
         )
+        require_relevant_pairs(self, self.rating_files[0], relevance, relevance_threshold)

@@ -6,6 +6,7 @@ checked against the counts its README publishes when ../shared/data is present.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 import zipfile
@@ -324,16 +325,21 @@ def test_zip_in_root_is_extracted_and_download_fetches_the_grouplens_zip(tmp_pat
 
     requested = []
 
-    def fake_urlopen(url, timeout):  # no network in tests: serve the zip from memory
+    payload = _zip_bytes(rows)  # once: a zip's bytes hold the time it was written
+
+    def fake_urlopen(url, timeout):  # no network in tests: serve the zip (and its published MD5) from memory
         requested.append(url)
-        return io.BytesIO(_zip_bytes(rows))
+        if url.endswith(".md5"):
+            return io.BytesIO(f"MD5 (ml-latest-small.zip) = {hashlib.md5(payload).hexdigest()}\n".encode())
+        return io.BytesIO(payload)
 
     monkeypatch.setattr(ml.urllib.request, "urlopen", fake_urlopen)
     with pytest.raises(FileNotFoundError, match="download=True"):
         _dm(tmp_path / "d", tmp_path, version="ml-latest-small")
     assert requested == []  # never without download=True
     dm = _dm(tmp_path / "d", tmp_path, version="ml-latest-small", download=True)
-    assert requested == ["https://files.grouplens.org/datasets/movielens/ml-latest-small.zip"]
+    assert requested == ["https://files.grouplens.org/datasets/movielens/ml-latest-small.zip",
+                         "https://files.grouplens.org/datasets/movielens/ml-latest-small.zip.md5"]
     assert dm.num_users == 6 and not [p for p in (tmp_path / "d").iterdir() if p.name.startswith(".ml")]
 
 

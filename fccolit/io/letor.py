@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fccolit.io.libsvm import MAX_INDEX, _fast_chunk, parse_libsvm
+from fccolit.io.libsvm import MAX_INDEX, _fast_chunk, allocate_dense, fits_storage, parse_libsvm
 from fccolit.io.ratings import _chunks, _text
 
 __all__ = ["LetorFile", "parse_letor", "read_lightgbm_ranking", "read_query_sizes", "group_by_query"]
@@ -84,6 +84,11 @@ def _slow_chunk(chunk: bytes, name: str, line0: int, upper: int | None, with_qid
         label = float(tokens[0])
         if label < 0:
             raise ValueError(f"{where}: relevance label {_text(tokens[0])!r} is negative (relevance grades are >= 0)")
+        if not fits_storage(label):
+            raise ValueError(
+                f"{where}: relevance label {_text(tokens[0])!r} is beyond the float32 range of the labels "
+                "(relevance grades are small integers, 0-4 in MSLR and Yahoo)"
+            )
         features = tokens[1:]
         if with_qid:
             if len(tokens) < 2 or not tokens[1].startswith("qid:"):
@@ -102,6 +107,11 @@ def _slow_chunk(chunk: bytes, name: str, line0: int, upper: int | None, with_qid
                 raise ValueError(f"{where}: feature '{_text(token)}' is not <index>:<value>")
             if not np.isfinite(float(value)):
                 raise ValueError(f"{where}: feature '{_text(token)}' has a value that is not finite")
+            if not fits_storage(float(value)):
+                raise ValueError(
+                    f"{where}: feature '{_text(token)}' has a value beyond the float32 range of the feature matrix "
+                    "(|value| <= 3.402823e+38); rescale the feature or fix the value"
+                )
             i = int(index)
             if i < 1:
                 raise ValueError(f"{where}: feature '{_text(token)}' has index {i} < 1 (indices are 1-based)")
@@ -120,11 +130,19 @@ def _slow_chunk(chunk: bytes, name: str, line0: int, upper: int | None, with_qid
     return labels, qids, lines, rows
 
 
-def _dense(num_rows: int, counts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
+def _dense(num_rows: int, counts: np.ndarray, indices: np.ndarray, values: np.ndarray, lines: np.ndarray,
+           name: str) -> tuple[np.ndarray, int]:
+    """Dense float32 rows of one chunk (``indices`` 0-based, ``lines`` 1-based per row) and the line of its
+    largest index (0 without any); the size is checked before allocating (an error names the file and that
+    line)."""
     width = int(indices.max()) + 1 if indices.size else 0
-    x = np.zeros((num_rows, width), dtype=np.float32)
+    line = 0
+    if indices.size:
+        k = int(np.argmax(indices))
+        line = int(lines[int(np.searchsorted(np.cumsum(counts), k, side="right"))])
+    x = allocate_dense(num_rows, width, np.float32, name, line, width)
     x[np.repeat(np.arange(num_rows), counts), indices] = values
-    return x
+    return x, line
 
 
 def _parse(path: Path, num_features: int | None, with_qid: bool, _force_slow: bool = False) -> LetorFile:
@@ -135,6 +153,7 @@ def _parse(path: Path, num_features: int | None, with_qid: bool, _force_slow: bo
     upper = None if num_features is None else int(num_features)
     name = str(path)
     labels, qids, lines, blocks = [], [], [], []
+    widest_line, widest = 0, 0  # the line of the largest feature index so far, and that index (1-based)
     for chunk, line0 in _chunks(path, "parsing"):
         part = None
         if not _force_slow:
@@ -147,12 +166,14 @@ def _parse(path: Path, num_features: int | None, with_qid: bool, _force_slow: bo
                 part = None
             if part is not None and (part.labels < 0).any():
                 part = None
+            if part is not None and not fits_storage(float(part.labels.max(initial=0.0))):
+                part = None
             if part is not None and with_qid and any(not q for _, q in found):
                 part = None
         if part is not None:
             labels.append(part.labels.astype(np.float32))
             lines.append(part.lines + line0 + 1)
-            blocks.append(_dense(part.labels.size, part.counts, part.indices - 1, part.values))
+            block, block_line = _dense(part.labels.size, part.counts, part.indices - 1, part.values, lines[-1], name)
             if with_qid:
                 qids.extend(q for _, q in found)
         else:
@@ -162,11 +183,16 @@ def _parse(path: Path, num_features: int | None, with_qid: bool, _force_slow: bo
             val = np.asarray([v for _, vs in rows for v in vs], dtype=np.float64)
             labels.append(np.asarray(lab, dtype=np.float32))
             lines.append(np.asarray(lin, dtype=np.int64) + line0 + 1)
-            blocks.append(_dense(len(lab), counts, idx, val))
+            block, block_line = _dense(len(lab), counts, idx, val, lines[-1], name)
             qids.extend(qid)
+        blocks.append(block)
+        if block.shape[1] > widest:
+            widest, widest_line = block.shape[1], block_line
     width = upper if upper is not None else max((b.shape[1] for b in blocks), default=0)
     total = sum(b.shape[0] for b in blocks)
-    features = np.zeros((total, width), dtype=np.float32)
+    if width != widest:  # the width comes from num_features, not from an index of the file
+        widest_line = 0
+    features = allocate_dense(total, width, np.float32, name, widest_line, width)
     row = 0
     for b in blocks:
         features[row : row + b.shape[0], : b.shape[1]] = b
@@ -249,6 +275,14 @@ def read_lightgbm_ranking(
         bad = int(np.flatnonzero(parsed.labels < 0)[0])
         raise ValueError(
             f"{data_path} line {int(parsed.lines[bad])}: relevance label {parsed.labels[bad]:g} is negative"
+        )
+    with np.errstate(over="ignore"):
+        too_large = ~np.isfinite(parsed.labels.astype(np.float32))
+    if too_large.any():
+        bad = int(np.flatnonzero(too_large)[0])
+        raise ValueError(
+            f"{data_path} line {int(parsed.lines[bad])}: relevance label {parsed.labels[bad]:g} is beyond the float32 "
+            "range of the labels (relevance grades are small integers)"
         )
     qid = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
     return LetorFile(parsed.labels.astype(np.float32), qid, parsed.to_dense(dtype=np.float32), parsed.lines)

@@ -37,7 +37,7 @@ import numpy as np
 
 from fccolit.io.ratings import progress_bar
 
-__all__ = ["LibSVMFile", "parse_libsvm", "read_libsvm", "MAX_INDEX"]
+__all__ = ["LibSVMFile", "allocate_dense", "dense_size_error", "fits_storage", "parse_libsvm", "read_libsvm", "MAX_INDEX"]
 
 #: Largest feature index accepted (a dense matrix wider than this could not be allocated anyway).
 MAX_INDEX = 2**31 - 2
@@ -71,6 +71,7 @@ class LibSVMFile(NamedTuple):
         values: ``[nnz]`` float64.
         num_features: D (``num_features`` if given, else the largest column seen + 1).
         lines: ``[N]`` int64 1-based line number of each row in the file (blank and comment lines are skipped).
+        path: the file it was read from (named by the errors of :meth:`to_dense`).
     """
 
     labels: np.ndarray
@@ -79,16 +80,96 @@ class LibSVMFile(NamedTuple):
     values: np.ndarray
     num_features: int
     lines: np.ndarray
+    path: str = "<LIBSVM data>"
+
+    def widest_feature(self) -> tuple[int, int]:
+        """``(1-based line, 0-based column)`` of the largest feature index of the file ((0, −1) without any)."""
+        if self.indices.size == 0:
+            return 0, -1
+        k = int(np.argmax(self.indices))
+        row = int(np.searchsorted(self.indptr, k, side="right")) - 1
+        return int(self.lines[row]), int(self.indices[k])
 
     def to_dense(self, num_features: int | None = None, dtype: np.dtype = np.float32) -> np.ndarray:
-        """``[N, D]`` dense matrix (``D = num_features`` or :attr:`num_features`; wider pads with zero columns)."""
+        """``[N, D]`` dense matrix (``D = num_features`` or :attr:`num_features`; wider pads with zero columns).
+
+        Raises:
+            MemoryError: the matrix would not fit in this machine's memory (checked before allocating); the
+                message names the file, the line of the largest feature index and what to do.
+        """
         width = self.num_features if num_features is None else int(num_features)
         if width < self.num_features:
             raise ValueError(f"num_features={width} is narrower than the file's {self.num_features} features")
-        x = np.zeros((self.labels.size, width), dtype=dtype)
+        line, column = self.widest_feature()
+        if column + 1 != width:  # the width comes from num_features, not from an index of the file
+            line, column = 0, width - 1
+        x = allocate_dense(self.labels.size, width, dtype, self.path, line, column + 1)
         rows = np.repeat(np.arange(self.labels.size), np.diff(self.indptr))
         x[rows, self.indices] = self.values
         return x
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory of this machine (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _bytes_text(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} PiB"  # pragma: no cover
+
+
+def dense_size_error(
+    num_rows: int, width: int, dtype: np.dtype, path: str | os.PathLike, line: int, index: int, reason: str = ""
+) -> MemoryError | None:
+    """The error for a dense ``[num_rows, width]`` feature matrix read from ``path`` that is larger than this
+    machine's physical memory (None when it fits), or, with ``reason``, for one whose allocation failed.
+
+    Args:
+        num_rows, width, dtype: the matrix.
+        path: the file whose feature index set the width.
+        line, index: the 1-based line and the feature index (as written in the file) that set the width; 0 when
+            the width was set by ``num_features`` instead.
+        reason: why the allocation failed (default: compare with the physical memory).
+    """
+    size = int(num_rows) * int(width) * np.dtype(dtype).itemsize
+    if not reason:
+        memory = physical_memory()
+        if memory is None or size <= memory:
+            return None
+        reason = f"more than this machine's {_bytes_text(memory)} of memory"
+    where = f"{path} line {line}: feature index {index}" if line > 0 else f"{path}: num_features={width}"
+    return MemoryError(
+        f"{where} makes the dense feature matrix {num_rows:,} × {width:,} {np.dtype(dtype).name} = "
+        f"{_bytes_text(size)}, {reason}. If that index is a typo, fix the line; if the data really has "
+        f"{width:,} features, read it sparse (fccolit.io.parse_libsvm returns CSR arrays), or pass num_features to "
+        "reject the indices beyond it"
+    )
+
+
+def allocate_dense(
+    num_rows: int, width: int, dtype: np.dtype, path: str | os.PathLike, line: int, index: int
+) -> np.ndarray:
+    """``np.zeros((num_rows, width), dtype)`` for a dense feature matrix read from ``path``, after checking that it
+    fits in physical memory (arguments as :func:`dense_size_error`).
+
+    Raises:
+        MemoryError: the matrix is larger than this machine's physical memory, or its allocation fails; the
+            message names the file, the line and the feature index, and says what to do.
+    """
+    error = dense_size_error(num_rows, width, dtype, path, line, index)
+    if error is not None:
+        raise error
+    try:
+        return np.zeros((int(num_rows), int(width)), dtype=dtype)
+    except MemoryError:
+        raise dense_size_error(num_rows, width, dtype, path, line, index, "which cannot be allocated") from None
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -212,6 +293,9 @@ def _fast_chunk(data: bytes, lower: int, upper: int | None) -> _Chunk | None:
     values = numbers[position[feature] + 1]
     if not (np.isfinite(labels).all() and np.isfinite(values).all()):
         return None
+    with np.errstate(over="ignore"):
+        if values.size and not np.isfinite(values.astype(np.float32)).all():  # finite in float64, inf in float32
+            return None
     if indices_f.size and (indices_f.min() < lower or indices_f.max() > (MAX_INDEX if upper is None else upper)):
         return None
     indices = indices_f.astype(np.int64)
@@ -226,6 +310,19 @@ def _fast_chunk(data: bytes, lower: int, upper: int | None) -> _Chunk | None:
             if np.unique(key).size != key.size:
                 return None
     return _Chunk(labels, token_line[first].astype(np.int64), counts, indices, values)
+
+
+#: Storage dtype of the feature values (the dense matrices of :meth:`LibSVMFile.to_dense` and the caches).
+STORAGE_DTYPE = np.float32
+_STORAGE_MAX = float(np.finfo(STORAGE_DTYPE).max)
+
+
+def fits_storage(value: float) -> bool:
+    """True when ``value`` stays finite once stored as float32 (|value| up to about 3.4e38)."""
+    if not np.isfinite(value):
+        return False
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(np.float32(value)))
 
 
 def _finite(token: bytes) -> bool:
@@ -267,6 +364,11 @@ def _slow_chunk(data: bytes, lower: int, upper: int | None, zero_based: bool, na
                 raise ValueError(f"{where}: feature '{text(token)}' has a value that is not finite")
             if not (colon and _INT.fullmatch(index) and _NUMBER.fullmatch(value)):
                 raise ValueError(f"{where}: feature '{text(token)}' is not <index>:<value>")
+            if not fits_storage(float(value)):
+                raise ValueError(
+                    f"{where}: feature '{text(token)}' has a value beyond the float32 range of the feature matrix "
+                    f"(|value| <= {_STORAGE_MAX:.7g}); rescale the feature or fix the value"
+                )
             i = int(index)
             if i < lower:
                 raise ValueError(f"{where}: feature '{text(token)}' has index {i} < {lower} (indices are {base})")
@@ -342,7 +444,7 @@ def parse_libsvm(
     indptr = np.zeros(labels.size + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     width = int(indices.max()) + 1 if num_features is None and indices.size else int(num_features or 0)
-    return LibSVMFile(labels, indptr, indices, values, width, lines)
+    return LibSVMFile(labels, indptr, indices, values, width, lines, name)
 
 
 def read_libsvm(

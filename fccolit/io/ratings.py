@@ -44,6 +44,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "MOVIELENS_FORMATS",
+    "NETFLIX_SCALE",
     "Ratings",
     "read_movielens_ratings",
     "read_netflix_ratings",
@@ -60,6 +61,9 @@ MOVIELENS_FORMATS: dict[str, tuple[bytes, bytes | None]] = {
     "ratings.csv": (b",", b"userId,movieId,rating,timestamp"),
 }
 _FIELDS = ("user", "item", "rating", "timestamp")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: The Netflix Prize's rating scale (integer stars).
+NETFLIX_SCALE = (1.0, 5.0)
 _INT = re.compile(r"[+]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
@@ -136,7 +140,21 @@ def _text(token: bytes | str, limit: int = 60) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ MovieLens
-def _movielens_slow(chunk: bytes, sep: bytes, name: str, line0: int) -> Ratings:
+def _scale_error(where: str, field: str, value: str, scale: tuple[float, float]) -> ValueError:
+    return ValueError(
+        f"{where}: field '{field}' = {_text(value)!r} is outside the rating scale [{scale[0]:g}, {scale[1]:g}] "
+        "(a rating far outside it would overflow the gain 2^y - 1; fix the line, or pass the data's own scale "
+        "as rating_scale)"
+    )
+
+
+def _out_of_scale(rating: np.ndarray, scale: tuple[float, float] | None) -> bool:
+    return scale is not None and bool(((rating < scale[0]) | (rating > scale[1])).any())
+
+
+def _movielens_slow(
+    chunk: bytes, sep: bytes, name: str, line0: int, scale: tuple[float, float] | None = None
+) -> Ratings:
     """Line-by-line parse with precise errors: the specification the fast path must agree with."""
     cols: list[list] = [[], [], [], []]
     sep_text = sep.decode()
@@ -163,6 +181,10 @@ def _movielens_slow(chunk: bytes, sep: bytes, name: str, line0: int) -> Ratings:
                 number = float(value)
                 if not np.isfinite(number) or number < 0:
                     raise ValueError(f"{where}: field 'rating' = {_text(value)!r} must be a finite number >= 0")
+                if scale is not None and not scale[0] <= number <= scale[1]:
+                    raise _scale_error(where, "rating", value, scale)
+                if number > _FLOAT32_MAX:
+                    raise ValueError(f"{where}: field 'rating' = {_text(value)!r} is beyond the float32 range of the ratings")
                 cols[k].append(number)
             else:
                 if not _INT.fullmatch(value):
@@ -182,7 +204,7 @@ def _movielens_slow(chunk: bytes, sep: bytes, name: str, line0: int) -> Ratings:
 _ML_DTYPES = {"user": np.int64, "item": np.int64, "rating": np.float64, "timestamp": np.int64}
 
 
-def _movielens_fast(chunk: bytes, sep: bytes) -> Ratings | None:
+def _movielens_fast(chunk: bytes, sep: bytes, scale: tuple[float, float] | None = None) -> Ratings | None:
     """pandas' C tokenizer on a chunk; None when anything is off (the slow path then explains what)."""
     if sep == b"::":
         if b"\t" in chunk:
@@ -205,7 +227,9 @@ def _movielens_fast(chunk: bytes, sep: bytes) -> Ratings | None:
     if chunk.count(sep) != 3 * len(frame):  # pandas would silently turn a 5th column into an index
         return None
     rating = frame["rating"].to_numpy()
-    if not np.isfinite(rating).all() or (rating < 0).any():
+    if not np.isfinite(rating).all() or (rating < 0).any() or _out_of_scale(rating, scale):
+        return None
+    if rating.size and rating.max() > _FLOAT32_MAX:
         return None
     user, item, ts = (frame[c].to_numpy() for c in ("user", "item", "timestamp"))
     if (user < 0).any() or (item < 0).any() or (ts < 0).any():
@@ -213,19 +237,28 @@ def _movielens_fast(chunk: bytes, sep: bytes) -> Ratings | None:
     return Ratings(user.astype(np.int64), item.astype(np.int64), rating.astype(np.float32), ts.astype(np.int64))
 
 
-def read_movielens_ratings(path: str | os.PathLike, fmt: str | None = None, *, _force_slow: bool = False) -> Ratings:
+def read_movielens_ratings(
+    path: str | os.PathLike,
+    fmt: str | None = None,
+    *,
+    rating_scale: tuple[float, float] | None = None,
+    _force_slow: bool = False,
+) -> Ratings:
     """Parse a MovieLens ratings file (any release; formats in the module docstring).
 
     Args:
         path: ``u.data``, ``ratings.dat`` or ``ratings.csv``.
         fmt: one of :data:`MOVIELENS_FORMATS` (default: the file's name).
+        rating_scale: ``(lowest, highest)``: a rating outside it is an error naming the file, line and value
+            (None: any finite rating >= 0). MovieLens publishes 0.5-5 stars (1-5 in ml-100k and ml-1m).
 
     Returns:
         :class:`Ratings` in file order (time = Unix seconds).
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ValueError: unknown format; a missing / wrong header (``ratings.csv``); a malformed line, naming the file,
+        ValueError: unknown format; a missing / wrong header (``ratings.csv``); a rating outside ``rating_scale``;
+            a malformed line, naming the file,
             the 1-based line and the field, e.g. ``ratings.csv line 5: field 'item' = '1.5' is not a non-negative
             integer`` or ``ratings.dat line 9: expected 4 fields ... found 2: '1::2' (is the file truncated?)``.
     """
@@ -250,9 +283,9 @@ def read_movielens_ratings(path: str | os.PathLike, fmt: str | None = None, *, _
     name = str(path)
     parts = []
     for chunk, line0 in _chunks(path, "parsing", start):
-        part = None if _force_slow else _movielens_fast(chunk.replace(b"\r\n", b"\n"), sep)
+        part = None if _force_slow else _movielens_fast(chunk.replace(b"\r\n", b"\n"), sep, rating_scale)
         if part is None:
-            part = _movielens_slow(chunk, sep, name, line0 + header_lines)
+            part = _movielens_slow(chunk, sep, name, line0 + header_lines, rating_scale)
         parts.append(part)
     return _concat(parts)
 
@@ -278,7 +311,9 @@ def _netflix_date(text: str) -> int | None:
     return None if days is None else int(days[0])
 
 
-def _netflix_slow(chunk: bytes, movie: int | None, probe: bool, name: str, line0: int):
+def _netflix_slow(
+    chunk: bytes, movie: int | None, probe: bool, name: str, line0: int, scale: tuple[float, float] | None = None
+):
     """Line-by-line parse with precise errors. Returns (columns, movie at the end of the chunk)."""
     users, movies, ratings, times = [], [], [], []
     expected = "'<CustomerID>'" if probe else "'<CustomerID>,<Rating>,<YYYY-MM-DD>'"
@@ -311,6 +346,10 @@ def _netflix_slow(chunk: bytes, movie: int | None, probe: bool, name: str, line0
                 raise ValueError(
                     f"{where}: field 'Rating' = {_text(fields[1])!r} is not an integer (Netflix ratings are 1-5)"
                 )
+            if scale is not None and not scale[0] <= int(fields[1]) <= scale[1]:
+                raise _scale_error(where, "Rating", fields[1], scale)
+            if abs(int(fields[1])) > _FLOAT32_MAX:
+                raise ValueError(f"{where}: field 'Rating' = {_text(fields[1])!r} is beyond the float32 range of the ratings")
             day = _netflix_date(fields[2])
             if day is None:
                 raise ValueError(f"{where}: field 'Date' = {_text(fields[2])!r} is not a valid date YYYY-MM-DD")
@@ -328,7 +367,7 @@ def _netflix_slow(chunk: bytes, movie: int | None, probe: bool, name: str, line0
 _HEADER = re.compile(rb"[ \t]*([0-9]+)[ \t]*:[ \t]*")
 
 
-def _netflix_fast(chunk: bytes, movie: int | None, probe: bool):
+def _netflix_fast(chunk: bytes, movie: int | None, probe: bool, scale: tuple[float, float] | None = None):
     """Vectorized parse of a chunk of whole LF lines; None when anything is off (the slow path explains)."""
     chunk = chunk.replace(b"\r\n", b"\n")
     if b"\n\n" in chunk:
@@ -382,12 +421,17 @@ def _netflix_fast(chunk: bytes, movie: int | None, probe: bool):
     if probe:
         return (user, item, np.zeros(user.size, np.float32), np.zeros(user.size, np.int64)), movie
     days = _days(frame["year"].to_numpy(), frame["month"].to_numpy(), frame["day"].to_numpy())
-    if days is None:
+    if days is None or _out_of_scale(frame["rating"].to_numpy(), scale):
         return None
     return (user, item, frame["rating"].to_numpy().astype(np.float32), days), movie
 
 
-def _read_netflix_blocks(paths: Sequence[str | os.PathLike], probe: bool, _force_slow: bool = False) -> Ratings:
+def _read_netflix_blocks(
+    paths: Sequence[str | os.PathLike],
+    probe: bool,
+    _force_slow: bool = False,
+    scale: tuple[float, float] | None = None,
+) -> Ratings:
     parts = []
     for path in paths:
         path = Path(path)
@@ -395,16 +439,24 @@ def _read_netflix_blocks(paths: Sequence[str | os.PathLike], probe: bool, _force
             raise FileNotFoundError(f"Netflix Prize file not found: {path}")
         movie = None  # every file starts with a header
         for chunk, line0 in _chunks(path, "parsing"):
-            result = None if _force_slow else _netflix_fast(chunk, movie, probe)
+            result = None if _force_slow else _netflix_fast(chunk, movie, probe, scale)
             if result is None:
-                result = _netflix_slow(chunk, movie, probe, str(path), line0)
+                result = _netflix_slow(chunk, movie, probe, str(path), line0, scale)
             (user, item, rating, time), movie = result
             parts.append(Ratings(user, item, rating, time))
     return _concat(parts)
 
 
-def read_netflix_ratings(paths: Sequence[str | os.PathLike], *, _force_slow: bool = False) -> Ratings:
+def read_netflix_ratings(
+    paths: Sequence[str | os.PathLike],
+    *,
+    rating_scale: tuple[float, float] | None = None,
+    _force_slow: bool = False,
+) -> Ratings:
     """Parse Netflix Prize rating files (``combined_data_*.txt`` or ``mv_*.txt``), concatenated in the given order.
+
+    ``rating_scale``: ``(lowest, highest)``; a rating outside it is an error naming the file, line and value
+    (None: any integer; the Netflix Prize's scale is :data:`NETFLIX_SCALE`, 1-5).
 
     Returns:
         :class:`Ratings`; ``item`` is the MovieID of the enclosing block, ``time`` the date in days since
@@ -412,10 +464,10 @@ def read_netflix_ratings(paths: Sequence[str | os.PathLike], *, _force_slow: boo
 
     Raises:
         ValueError: naming file, 1-based line and field: a rating line before the file's first ``<MovieID>:``
-            header, a wrong number of fields (e.g. a truncated last line), a non-integer id or rating, an invalid
-            date (e.g. ``2005-02-30``).
+            header, a wrong number of fields (e.g. a truncated last line), a non-integer id or rating, a rating
+            outside ``rating_scale``, an invalid date (e.g. ``2005-02-30``).
     """
-    return _read_netflix_blocks(paths, probe=False, _force_slow=_force_slow)
+    return _read_netflix_blocks(paths, probe=False, _force_slow=_force_slow, scale=rating_scale)
 
 
 def read_netflix_probe(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
