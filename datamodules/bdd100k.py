@@ -61,6 +61,7 @@ from torch.utils.data import DataLoader
 
 from fccolit.data import binary_fields
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
+from fccolit.io.paths import confined_relative_path
 from fccolit.io.ratings import progress_bar
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
@@ -193,6 +194,7 @@ def read_bdd100k_attributes(path: str | os.PathLike) -> dict[str, np.ndarray]:
         name = frame.get("name")
         if not isinstance(name, str) or not name:
             raise ValueError(f"{path}: frame {k}: field 'name' is missing or not a string ({name!r})")
+        confined_relative_path(name, "images/100k/<split>/", f"{path}: frame {k}, field 'name'")
         attributes = frame.get("attributes")
         if not isinstance(attributes, dict):
             raise ValueError(f"{path}: frame {k} ({name}): field 'attributes' is missing or not an object")
@@ -369,7 +371,13 @@ class BDD100KDataModule(FCCODataModule):
     def _read(self) -> dict[str, np.ndarray]:
         out = {}
         for split, path in zip(("train", "test"), self.label_files):
-            for k, v in read_bdd100k_attributes(path).items():
+            parsed = read_bdd100k_attributes(path)
+            if parsed["name"].size == 0:
+                raise ValueError(
+                    f"{path}: the labels file lists no frame (an empty JSON list); is it truncated? Extract it again "
+                    f"from the labels package ({BDD100K_URL})"
+                )
+            for k, v in parsed.items():
                 out[f"{split}_{k}"] = v
         return out
 

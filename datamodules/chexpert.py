@@ -58,6 +58,7 @@ import torch
 
 from fccolit.data import binary_fields
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
+from fccolit.io.paths import confined_relative_path
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
 
@@ -124,6 +125,10 @@ def read_chexpert_csv(path: str | os.PathLike, labels: Sequence[str]) -> dict[st
         ``path`` ``[n]`` bytes (the ``Path`` column), ``line`` ``[n]`` int32 (1-based line of the row),
         ``frontal`` ``[n]`` bool (``Frontal/Lateral == "Frontal"``), ``raw`` ``[n, T]`` float32 of the ``labels``
         columns: 1, 0, −1 (uncertain) or NaN (blank).
+
+    Raises:
+        ValueError: naming the file, line and field: a malformed row, or a ``Path`` that would leave the release
+            folder (absolute, or with a ``..`` component).
     """
     path = Path(path)
     with open(path, newline="", encoding="utf-8") as f:
@@ -146,6 +151,7 @@ def read_chexpert_csv(path: str | os.PathLike, labels: Sequence[str]) -> dict[st
                 raise ValueError(f"{path} line {line}: {len(row)} fields, the header has {len(header)}")
             if not row[col["Path"]].strip():
                 raise ValueError(f"{path} line {line}: field 'Path' is empty")
+            confined_relative_path(row[col["Path"]].strip(), path.parent, f"{path} line {line}, field 'Path'")
             values = []
             for name in labels:
                 cell = row[col[name]].strip()
@@ -293,7 +299,13 @@ class CheXpertDataModule(FCCODataModule):
     def _read(self) -> dict[str, np.ndarray]:
         out = {}
         for split, name in (("train", "train.csv"), ("test", "valid.csv")):
-            for k, v in read_chexpert_csv(self.data_dir / name, self.labels).items():
+            parsed = read_chexpert_csv(self.data_dir / name, self.labels)
+            if parsed["line"].size == 0:
+                raise ValueError(
+                    f"{self.data_dir / name}: the file holds only its header line, no image row (is it truncated?); "
+                    f"extract it again from the release ({CHEXPERT_URL})"
+                )
+            for k, v in parsed.items():
                 out[f"{split}_{k}"] = v
         return out
 

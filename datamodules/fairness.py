@@ -42,6 +42,7 @@ import torch
 
 from fccolit.data import binary_fields, binary_sizes
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
+from fccolit.io.libsvm import fits_storage
 
 from fccolit.datamodules.grouped import GroupedDataModule
 
@@ -100,9 +101,15 @@ def _missing(path: Path, what: str, url: str) -> FileNotFoundError:
 
 def _number(text: str, path: Path, line: int, field: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise ValueError(f"{path}, line {line}, field '{field}': cannot read {text!r} as a number") from None
+    if not fits_storage(value):  # nan, inf, or beyond the float32 feature matrix (1e300)
+        raise ValueError(
+            f"{path}, line {line}, field '{field}': {text!r} is not a finite number within the float32 range of the "
+            "features (|value| <= 3.4e38)"
+        )
+    return value
 
 
 def parse_adult(path: str | os.PathLike, missing: Literal["keep", "drop"] = "keep") -> _Table:
