@@ -14,8 +14,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "REPRODUCTION.md"
-SCRIPTS = ["auprc_linear", "sox_pnorm", "ndcg_movielens", "ndcg_letor", "pauc_range", "peer_libauc", "fairness_adult",
-           "gdro_synthetic", "deep_experiments"]
+SCRIPTS = ["auprc_linear", "sox_pnorm", "ranking_movielens", "ranking_letor", "pauc_range", "pauc_peer",
+           "fairness_adult", "gdro", "deep_experiments"]
 HEADER = """# Reproducing the papers
 
 One section per table or figure of the five papers that fits a 2-core CPU, each produced by the command it names
@@ -25,12 +25,13 @@ side, sweeps the knobs the paper leaves open with the setting the shipped config
 claim does not reproduce and why. Tuning reads only the development data in `../shared/data/`.
 
 Papers: Qiu, Hu, Zhong, Zhang, Yang, "Large-scale Stochastic Optimization of NDCG Surrogates for Deep Learning with
-Provable Convergence", ICML 2022 (SONG, K-SONG, SOLC); Wang & Yang, "Finite-Sum Coupled Compositional Stochastic
-Optimization: Theory and Applications", ICML 2022 (SOX); Wang, Yang, Zhang, Yang, "Momentum Accelerates the
-Convergence of Stochastic AUPRC Maximization", AISTATS 2022 (SOAP, MOAP, ADAP); Yao, Lin, Yang, "Large-scale
-Optimization of Partial AUC in a Range of False Positive Rates", NeurIPS 2022 (AGD-SBCD, SoRR); Chen, Wang, Yang,
-Lin, Yang, "Stochastic Momentum Methods for Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization"
-(SONEX, ALEXR2).
+Provable Convergence", ICML 2022, arXiv:2202.12183 (SONG, K-SONG, SOLC); Wang & Yang, "Finite-Sum Coupled
+Compositional Stochastic Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396 (SOX); Wang, Yang,
+Zhang, Yang, "Momentum Accelerates the Convergence of Stochastic AUPRC Maximization", AISTATS 2022, arXiv:2107.01173
+(SOAP, MOAP, ADAP); Yao, Lin, Yang, "Large-scale Optimization of Partial AUC in a Range of False Positive Rates",
+NeurIPS 2022, arXiv:2203.01505 (AGD-SBCD, SoRR); Chen, Wang, Yang, Hu, Lin, Yang, "Stochastic Momentum Methods for
+Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025, arXiv:2506.02504 (SONEX,
+ALEXR2).
 """
 
 
