@@ -53,6 +53,8 @@ PAPER = {
 
 @dataclasses.dataclass(frozen=True)
 class Method:
+    """One run's config (a file of the budget's ``configs/<config_dir>/``) and its command-line overrides."""
+
     name: str
     config: str
     overrides: tuple[str, ...] = ()
@@ -73,25 +75,33 @@ KSONG_VARIANTS = {  # one knob at a time around the shipped K-SONG (seed 0)
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
+    """The data and budget overrides every method of a table shares (the fields key the run cache; the class
+    attributes say which configs and data they apply to)."""
+
     num_batches: int
     num_negatives: int = 300
     val_every: int = 10
+    config_dir = "movielens"
+    max_epochs = 140
+
+    def args(self) -> list[str]:
+        return ["--data.init_args.root", str(C.shared_data(DATA)), "--data.init_args.cache_dir", str(CACHE / "data"),
+                "--data.init_args.num_batches", str(self.num_batches),
+                "--data.init_args.num_negatives", str(self.num_negatives)]
 
 
 def run(job: tuple[Method, Budget], seed: int) -> dict:
-    """Fit one config on ml-latest-small through the ``fccolit`` CLI, then test the best and the last model."""
+    """Fit one config through the ``fccolit`` CLI (the budget's data and length overrides, then the method's),
+    then test the best-validation and the last model."""
     from lightning.pytorch import Callback
 
     from fccolit.cli import main
 
     method, budget = job
-    work = Path(tempfile.mkdtemp(prefix="fccolit-ml-"))
-    config = C.REPO / "configs" / "movielens" / method.config
-    args = ["--config", str(config), "--seed_everything", str(seed),
-            "--data.init_args.root", str(C.shared_data(DATA)), "--data.init_args.cache_dir", str(CACHE / "data"),
-            "--data.init_args.seed", str(seed), "--data.init_args.num_batches", str(budget.num_batches),
-            "--data.init_args.num_negatives", str(budget.num_negatives),
-            "--trainer.max_epochs", "140", "--trainer.check_val_every_n_epoch", str(budget.val_every),
+    work = Path(tempfile.mkdtemp(prefix="fccolit-ranking-"))
+    args = ["--config", str(C.REPO / "configs" / budget.config_dir / method.config), "--seed_everything", str(seed),
+            *budget.args(), "--data.init_args.seed", str(seed),
+            "--trainer.max_epochs", str(budget.max_epochs), "--trainer.check_val_every_n_epoch", str(budget.val_every),
             "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false",
             "--trainer.enable_model_summary", "false", "--trainer.default_root_dir", str(work),
             "--trainer.logger.init_args.save_dir", str(work), *method.overrides]
@@ -109,7 +119,8 @@ def run(job: tuple[Method, Budget], seed: int) -> dict:
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     seconds = clock.seconds
     result: dict = {"steps": int(cli.trainer.global_step), "seconds": seconds, "curve": curve}
-    result["threshold"] = threshold_report(cli.model, cli.datamodule) if hasattr(cli.model, "threshold") else None
+    full_ranking = hasattr(cli.model, "threshold") and hasattr(cli.model.model, "score_all")
+    result["threshold"] = threshold_report(cli.model, cli.datamodule) if full_ranking else None
     last = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]
     best = cli.trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path="best", verbose=False)[0]
     result["last"] = {k: float(v) for k, v in last.items()}

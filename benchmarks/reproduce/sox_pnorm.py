@@ -148,6 +148,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="3,000 iterations, 2 seeds")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "fccolit-sox-pnorm-runs"),
+                    help="each run's result is kept here, so a rerun only writes the tables")
     args = ap.parse_args()
     logging.getLogger("lightning").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
@@ -156,7 +158,7 @@ def main() -> None:
     clock = Stopwatch()
     with tempfile.TemporaryDirectory() as tmp:
         load(shared_data("libsvm-a9a"), Path(tmp), 3000 if args.quick else 10_000)
-        runner = Runner(run, args.workers)
+        runner = Runner(run, args.workers, cache=Path(args.cache) / ("quick" if args.quick else "full"))
         chosen, tuning = {}, {}
         for method in METHODS:
             settings = grid(method)
@@ -179,15 +181,25 @@ def write(final, chosen, tuning, gammas, seeds, seconds, quick) -> None:
                    "each method's η (and γ, β) tuned on seed 0's final training objective. The paper's tables are on "
                    "covtype and ijcnn1 (not available here): its numbers are shown for the ordering only.")
     test = {m: np.array([r["test"] for r in final[m]]) for m in METHODS}
+    train = {m: np.array([r["train"] for r in final[m]]) for m in METHODS}
     mean = {m: float(np.nanmean(test[m])) for m in METHODS}
     sox_wins = {m: int(np.sum(test["SOX"] <= test[m])) for m in METHODS if m != "SOX"}
-    lines += ["| method | selected (η, γ, β) | test loss, a9a (mean ± std) | paper: covtype | paper: ijcnn1 | "
-              "SOX ≤ method on seeds |", "|---|---|---:|---:|---:|---:|"]
+    lines += ["| method | selected (η, γ, β) | training objective (mean ± std) | test loss, a9a (mean ± std) | "
+              "paper: covtype | paper: ijcnn1 | SOX ≤ method on seeds (test) |", "|---|---|---:|---:|---:|---:|---:|"]
     for m in METHODS:
         s = chosen[m]
         wins = "—" if m == "SOX" else f"{sox_wins[m]}/{len(seeds)}"
-        lines.append(f"| {m} | ({s.lr:g}, {s.gamma:g}, {s.beta:g}) | {mean[m]:.4f} ± {np.nanstd(test[m]):.4f} | "
+        lines.append(f"| {m} | ({s.lr:g}, {s.gamma:g}, {s.beta:g}) | {np.nanmean(train[m]):.4f} ± "
+                     f"{np.nanstd(train[m]):.4f} | {mean[m]:.4f} ± {np.nanstd(test[m]):.4f} | "
                      f"{PAPER_TABLE_4[m][0]:.3f} | {PAPER_TABLE_4[m][1]:.3f} | {wins} |")
+    spread = max(np.nanmean(train[m]) for m in METHODS) - min(np.nanmean(train[m]) for m in METHODS)
+    gap = float(np.mean([np.nanmean(test[m]) - np.nanmean(train[m]) for m in METHODS]))
+    lines += ["", f"Why the orderings differ from the paper's: on a9a the four methods reach training objectives "
+              f"within {spread:.4f} of each other, while every method's test loss is {gap:.3f} above its training "
+              f"objective (the exp-loss push overfits a9a at T = {steps}); the test-loss ranking then follows the "
+              "seed-to-seed spread of that overfitting (std up to "
+              f"{max(np.nanstd(test[m]) for m in METHODS):.3f}) more than the optimizer. The paper's covtype "
+              "(581k rows) and ijcnn1 (50k) are larger and not available here."]
     ours = " < ".join(sorted(METHODS, key=lambda m: mean[m]))
     claims = [
         ("SOX beats BSGD", mean["SOX"] < mean["BSGD"]),
