@@ -7,7 +7,8 @@ Format (one example per line)::
 * ``label``: a number (``-1``/``+1``, ``0``/``1``, ``1``/``2``, ... for binary data sets);
 * ``index``: a decimal integer, 1-based unless ``zero_based=True``; LIBSVM writes them in ascending order (not
   required here, but an index repeated within a line is an error);
-* ``value``: a finite decimal number; features not listed are 0;
+* ``value``: a finite decimal number within float32's range (|value| <= 3.4e38: the feature matrices are
+  float32); features not listed are 0;
 * tokens are separated by spaces or tabs; ``#`` starts a comment that runs to the end of the line; blank lines
   are skipped; CRLF line endings are fine; ``.gz``, ``.bz2`` and ``.xz`` files are decompressed on the fly.
 
@@ -411,7 +412,8 @@ def parse_libsvm(
     Raises:
         FileNotFoundError: no file at ``path``.
         ValueError: a malformed line; the message names the file, the 1-based line and the offending field, e.g.
-            ``a9a line 17: feature '3:abc' is not <index>:<value>``.
+            ``a9a line 17: feature '3:abc' is not <index>:<value>`` or ``a9a line 3: feature '3:1e300' has a value
+            beyond the float32 range of the feature matrix``.
     """
     path = Path(path)
     if num_features is not None and int(num_features) < 0:
