@@ -6,8 +6,8 @@ exact-resume tests of tests/test_faults.py (run as a script, not collected). The
 
 SOX on average precision of a binary CIFAR task (one class against the rest, generated images) with a scorer that
 applies dropout, trained in float64 with ``augment=True``. Every rank writes ``DIR/rank{r}.pt`` (module and
-optimizer state, global step, batch trace, and the sum of the pixels of every training batch it saw: the
-augmentation's fingerprint).
+optimizer state, global step, batch trace, the sum of the pixels of every training batch it saw (the
+augmentation's fingerprint) and the last ``train/objective_epoch``).
 """
 
 import os
@@ -74,7 +74,8 @@ def main():
     args = arguments(max_steps=12, add=add)
     model, data = build(args.data, args.workers)
     pixels = PixelTrace()
-    fit_and_save(model, data, args, callbacks=[pixels], extras=lambda trainer: {"pixels": pixels.sums})
+    fit_and_save(model, data, args, callbacks=[pixels], extras=lambda trainer: {
+        "pixels": pixels.sums, "objective_epoch": float(trainer.callback_metrics["train/objective_epoch"])})
 
 
 if __name__ == "__main__":

@@ -135,7 +135,8 @@ def random_run(out: Path, devices: int, cifar: Path, *extra: str) -> list[dict]:
 def test_resume_with_dropout_and_augmentation_is_bit_exact(cifar_root, tmp_path, devices, workers):
     """SOX with a dropout scorer on augmented CIFAR images (17 batches an epoch), stopped at step 10 and resumed to
     step 24 (across the epoch boundary): weights, state, optimizer and every batch's augmented pixels as
-    uninterrupted, on every rank; with DataLoader workers in the 2-process case."""
+    uninterrupted, on every rank, and the same ``train/objective_epoch`` of epoch 0; with DataLoader workers in the
+    2-process case."""
     full = random_run(tmp_path / "full", devices, cifar_root, "--save-every", "10", "--workers", str(workers))
     resumed = random_run(tmp_path / "resumed", devices, cifar_root, "--resume", str(tmp_path / "full" / "step=10.ckpt"),
                          "--workers", str(workers))
@@ -146,6 +147,8 @@ def test_resume_with_dropout_and_augmentation_is_bit_exact(cifar_root, tmp_path,
         assert sorted(resumed[r]["pixels"]) == list(range(10, 24))
         for step, total in resumed[r]["pixels"].items():
             assert full[r]["pixels"][step] == total, (r, step)
+        # epoch 0 ended at step 17: its mean covers every rank's rows of all 17 steps, the 10 before the resume too
+        assert full[r]["objective_epoch"] == resumed[r]["objective_epoch"]
     if devices == 2:  # the ranks' halves of a global batch are augmented as in one process
         single = random_run(tmp_path / "single", 1, cifar_root)
         for step, total in single[0]["pixels"].items():
