@@ -21,6 +21,7 @@ validation / test metrics as ``{stage}/{metric}`` (``val/ap``, ``val/ndcg@10``, 
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import secrets
@@ -102,6 +103,24 @@ def _gather_packed(
         out.append(piece if t is scores else piece.detach())
         start += c.shape[1]
     return out[0], dict(zip(fields, out[1:]))
+
+
+def _naming_the_step(training_step: Callable[..., Any]) -> Callable[..., Any]:
+    """``training_step`` re-raising a ``FloatingPointError`` that does not say where with the global step and epoch."""
+
+    @functools.wraps(training_step)
+    def wrapped(self: "FCCOModule", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return training_step(self, *args, **kwargs)
+        except FloatingPointError as err:
+            if "global step" in str(err):
+                raise
+            raise FloatingPointError(
+                f"{type(self).__name__} at global step {self.global_step} (epoch {self.current_epoch}): {err}"
+            ) from err
+
+    wrapped.names_the_step = True
+    return wrapped
 
 
 class FCCOModule(LightningModule):
@@ -189,6 +208,14 @@ class FCCOModule(LightningModule):
                 "rule (only 'first_estimate' applies)"
             )
         self.save_hyperparameters(ignore=["model", "objective", "optimizer", "scheduler"])
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every algorithm's ``training_step`` names the step in the ``FloatingPointError`` it raises (a state's
+        or an objective's check of non-finite values, which knows the rows but not the step)."""
+        super().__init_subclass__(**kwargs)
+        step = cls.__dict__.get("training_step")
+        if step is not None and not getattr(step, "names_the_step", False):
+            cls.training_step = _naming_the_step(step)
 
     # ------------------------------------------------------------------ hooks for algorithms
     def configure_state(self) -> None:
@@ -288,6 +315,7 @@ class FCCOModule(LightningModule):
             if torch.isfinite(state.upper[c]):
                 self.log(f"train/{state.name}_at_upper/{c}", at_upper[c].item(), on_step=True, on_epoch=False)
 
+    @_naming_the_step
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         loss, estimate = self.compositional_loss(self(batch), batch)
         self.optimization_step(loss)
