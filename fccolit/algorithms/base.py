@@ -22,6 +22,7 @@ validation / test metrics as ``{stage}/{metric}`` (``val/ap``, ``val/ndcg@10``, 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import random
 import secrets
@@ -412,15 +413,15 @@ class FCCOModule(LightningModule):
         shows in the all-reduced gradient). Costs one host-device synchronization per step.
         """
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        checks = list(torch._foreach_norm(grads, float("inf"))) if grads else []
-        if loss is not None and not distributed.is_distributed():
-            checks.append(loss.detach().abs().amax())
-        if not checks:
+        checked = grads + ([loss.detach().reshape(-1)] if loss is not None and not distributed.is_distributed() else [])
+        if not checked:
             return
-        peak = torch.stack([c.to(torch.float64) for c in checks])
-        if bool(torch.isfinite(peak).all()):
+        # one number: the sum of the largest |value| of each tensor (NaN or inf when any value is; a sum that
+        # overflows means values near the float range, a divergence too)
+        peaks = torch._foreach_norm(checked, float("inf"))
+        if math.isfinite(torch.stack([p.to(peaks[0].dtype) for p in peaks]).sum().item()):
             return
-        what = "gradient" if not bool(torch.isfinite(peak[: len(grads)]).all()) else "loss"
+        what = "gradient" if not all(math.isfinite(p.item()) for p in peaks[: len(grads)]) else "loss"
         lrs = sorted({float(g["lr"]) for g in optimizer.param_groups if "lr" in g})
         finite_params = all(bool(torch.isfinite(p).all()) for p in self.parameters())
         raise FloatingPointError(
