@@ -410,9 +410,13 @@ class FCCOModule(LightningModule):
         Every algorithm passes through here (:meth:`optimization_step`, and the manual steps of double-loop methods)
         right before its optimizer steps. Under DDP the gradients are the all-reduced ones, the same on every rank,
         so every rank stops at the same step; the loss is checked in a single process only (a rank's non-finite loss
-        shows in the all-reduced gradient). Costs one host-device synchronization per step.
+        shows in the all-reduced gradient). Under float16 loss scaling (``precision="16-mixed"``) only the loss is
+        checked: the scaler skips the steps whose scaled gradient overflows. Costs one host-device synchronization
+        per step.
         """
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if getattr(getattr(self._trainer, "precision_plugin", None), "scaler", None) is not None:
+            grads = []  # float16 loss scaling: scaled gradients overflow by design and the scaler skips those steps
         checked = grads + ([loss.detach().reshape(-1)] if loss is not None and not distributed.is_distributed() else [])
         if not checked:
             return
