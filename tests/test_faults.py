@@ -91,9 +91,39 @@ def test_training_batches_carry_keys_and_augmentation_does_not_depend_on_the_spl
     split = [data.__getitems__(h)["x"] for h in halves]
     assert torch.equal(one, again)
     assert torch.equal(one[0::2], split[0]) and torch.equal(one[1::2], split[1])
-    assert not torch.equal(one, data.__getitems__(list(whole))["x"] * 0 + one.roll(1, 0))  # not all images equal
+    other = SampledBatch(list(whole), seed=whole.seed + 1, positions=whole.positions)
+    assert not torch.equal(one, data.__getitems__(other)["x"])  # another batch seed, other crops and flips
     plain = ImageArrayDataset(images, np.arange(32), {"y": labels}, augment=False)
     assert not torch.equal(one, plain.__getitems__(list(whole))["x"])  # it did augment
+
+
+def random_image(path: Path) -> torch.Tensor:
+    """A ``load`` whose result is all augmentation: drawn from torch's global generator (as torchvision's are)."""
+    return torch.randint(0, 256, (3, 4, 4), dtype=torch.uint8)
+
+
+def test_file_images_and_multilabel_pairs_draw_their_augmentation_from_the_batch_keys(tmp_path):
+    from fccolit.datamodules.images import ImageFileDataset
+    from fccolit.samplers import MultiLabelPairDataset
+
+    labels = torch.tensor([[1, 0], [0, 1], [1, 1], [0, 0], [1, 0], [0, 1]])
+    files = ImageFileDataset(tmp_path, [f"{i}.jpg" for i in range(6)], {"y": labels}, load=random_image)
+    batch = SampledBatch([4, 1, 3], seed=9, positions=[0, 1, 2])
+    torch.manual_seed(0)
+    first = files.__getitems__(batch)["x"]
+    torch.manual_seed(1)
+    assert torch.equal(first, files.__getitems__(batch)["x"])
+    assert torch.equal(first[1:2], files.__getitems__(SampledBatch([1], seed=9, positions=[1]))["x"])  # per position
+    assert not torch.equal(first, files.__getitems__(SampledBatch([4, 1, 3], seed=10, positions=[0, 1, 2]))["x"])
+    state = torch.get_rng_state()
+    files.__getitems__(batch)
+    assert torch.equal(state, torch.get_rng_state())  # the global generator is left as it was
+    pairs = MultiLabelPairDataset(files, labels)
+    keyed = SampledBatch([0 * 6 + 4, 1 * 6 + 4, 1 * 6 + 1], seed=9, positions=[0, 1, 2])  # sample 4 under two tasks
+    torch.manual_seed(2)
+    x = pairs.__getitems__(keyed)["x"]
+    torch.manual_seed(3)
+    assert torch.equal(x, pairs.__getitems__(keyed)["x"]) and torch.equal(x[0], x[1])
 
 
 def test_resume_mid_epoch_with_dropout_is_exact_and_the_epoch_objective_covers_the_whole_epoch(tmp_path):
@@ -238,22 +268,32 @@ def resume_and_compare(config: Path, ckpt_dir: Path, uninterrupted: dict) -> Non
     assert_same_tensors(final_state(ckpt_dir), uninterrupted)
 
 
+def checkpoint_step(path: Path) -> int:
+    """The global step of a complete checkpoint, or -1 while there is none (writes are atomic: a rename)."""
+    try:
+        return int(torch.load(path, weights_only=True, map_location="cpu")["global_step"])
+    except (FileNotFoundError, RuntimeError, EOFError):
+        return -1
+
+
 @pytest.mark.slow
 def test_kill_at_a_random_step_then_resume_equals_the_uninterrupted_run(tmp_path, uninterrupted):
     config, ckpt_dir = fault_config(tmp_path, "killed")
-    kill_after = random.Random(os.environ.get("FCCOLIT_FAULT_SEED", "16")).uniform(0.0, 1.5)
+    rng = random.Random(os.environ.get("FCCOLIT_FAULT_SEED", "16"))
+    target, delay = rng.randint(2, 24), rng.uniform(0.0, 0.03)  # then somewhere in a step or a checkpoint write
     proc = subprocess.Popen(cli_command(config), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=config.parent)
     try:
         deadline = time.monotonic() + 240
-        while not (ckpt_dir / "last.ckpt").exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(kill_after)  # somewhere in the run: between steps, in a step or in a checkpoint write
+        while checkpoint_step(ckpt_dir / "last.ckpt") < target and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
-    step = torch.load(ckpt_dir / "last.ckpt", weights_only=False)["global_step"]
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed"
+    step = checkpoint_step(ckpt_dir / "last.ckpt")
+    assert target <= step < 30, (target, step)
     resume_and_compare(config, ckpt_dir, uninterrupted)
-    assert 1 <= step <= 30, step
 
 
 @pytest.mark.slow
