@@ -343,7 +343,7 @@ class FCCOModule(LightningModule):
         Whatever a step draws from them (dropout, noise, a model's own sampling) is then a pure function of where
         the step is, not of how much the process drew before: a run resumed from a checkpoint written mid-epoch
         draws exactly what the uninterrupted run drew, with no generator state in the checkpoint beyond the run
-        seed (DataLoader workers and a restored process included). Each rank draws its own numbers. The data's own
+        seed. Each rank draws its own numbers. The data's own
         randomness (sampling, augmentation) is keyed by the batch instead (:class:`~fccolit.samplers.base.SampledBatch`).
         """
         seed = derived_seed(self._random_draw_seed or 0, self.current_epoch, batch_idx, self.global_rank)
