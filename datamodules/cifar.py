@@ -40,7 +40,10 @@ reports the 9:1 split as its "testing set"; the balanced official test set is th
 Augmentation (training only, ``augment=True``): LDAM's ``RandomCrop(32, padding=4)`` (zero padding) and
 ``RandomHorizontalFlip``, then normalization with mean ``(0.4914, 0.4822, 0.4465)`` and std
 ``(0.2023, 0.1994, 0.2010)`` for every split. It runs batched in ``__getitems__`` on the uint8 images (in the
-DataLoader workers), drawing from torch's random generator.
+DataLoader workers); each image's offsets and flip are drawn from the training batch's keys (the sampler's seed,
+epoch and batch, and the image's position in the global batch: :class:`~fccolit.samplers.base.SampledBatch`), not
+from a global generator, so they are the same after a mid-epoch resume, in any worker and on any number of
+processes.
 
 Batch fields: ``x`` ``[B, 3, 32, 32]`` float32; binary tasks add those of :func:`fccolit.data.binary_fields`
 (``y`` in {0, 1}, ``index``, ``pos_index``, ``neg_index``) and the original class as ``label``, with training
