@@ -161,21 +161,23 @@ class Runner:
     thread each), memoized: stages that share a setting run it once. ``run`` must be a module-level function and
     ``setting`` hashable (a frozen dataclass); load shared data before the first call so the workers inherit it."""
 
-    def __init__(self, run: Callable[[Any, int], dict], workers: int = 2, cache: Path | None = None) -> None:
-        self.run, self.workers = run, workers
+    def __init__(self, run: Callable[[Any, int], dict], workers: int = 2, cache: Path | None = None,
+                 key: Callable[[tuple[Hashable, int]], str] = repr) -> None:
+        self.run, self.workers, self.key = run, workers, key
         self.done: dict[tuple[Hashable, int], dict] = {}
         self.cache = None if cache is None else Path(cache)
         ctx = multiprocessing.get_context("fork")
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx) if workers > 1 else None
 
     def _cached(self, job: tuple[Hashable, int]) -> Path | None:
-        """The file holding ``job``'s result when ``cache`` is set: keyed by the setting's repr and the seed (a
-        rerun of the script with the same settings reads its runs back instead of repeating them)."""
+        """The file holding ``job``'s result when ``cache`` is set: keyed by ``key(job)`` (default the setting's
+        repr and the seed; a script whose runs read files, e.g. configs, adds their content), so a rerun with the
+        same settings reads its runs back instead of repeating them."""
         if self.cache is None:
             return None
         import hashlib
 
-        key = hashlib.sha256(repr(job).encode()).hexdigest()[:24]
+        key = hashlib.sha256(self.key(job).encode()).hexdigest()[:24]
         return self.cache / f"{key}.json"
 
     def many(self, jobs: Sequence[tuple[Hashable, int]]) -> list[dict]:

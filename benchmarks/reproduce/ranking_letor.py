@@ -109,7 +109,7 @@ def main() -> None:
     name = "ranking_letor_quick" if args.quick else "ranking_letor"
     clock = C.Stopwatch()
     torch.set_num_threads(1)
-    runner = C.Runner(R.run, workers=args.workers, cache=R.CACHE / "runs")
+    runner = C.Runner(R.run, workers=args.workers, cache=R.CACHE / "runs", key=R.job_key)
     jobs = [((m, budget), s) for s in seeds for m in METHODS.values()]
     results = dict(zip(jobs, runner.many(jobs)))
     by = {m: [results[(METHODS[m], budget), s] for s in seeds] for m in METHODS}
@@ -119,6 +119,8 @@ def main() -> None:
     lines = C.header(
         "Qiu et al. 2022 (ICML), Table 5: SONG / K-SONG / SOLC against listwise cross-entropy, learning to rank",
         f"python benchmarks/reproduce/ranking_letor.py{' --quick' if args.quick else ''}", clock.seconds, seeds,
+        f"Compute: {sum(r['seconds'] for r in results.values()) / 60:.1f} min of runs (one torch thread each; "
+        f"every run's result is cached in {args.cache}, so a rerun only writes the tables). "
         f"Protocol: the script's docstring. Budget: the configs' 200 epochs of {budget.num_batches or 'one pass of'} "
         f"batch(es) = {steps} steps [budget]. Data: LightGBM's "
         "lambdarank example, not MSLR-WEB30K [data]: the paper's numbers are for orientation, the claims are the "
