@@ -17,6 +17,18 @@ from fccolit.samplers.base import RankAwareBatchSampler
 __all__ = ["GroupBatchSampler", "StratifiedBatchSampler", "proportional_quotas"]
 
 
+def members_by_label(labels: torch.Tensor, who: str, what: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The distinct labels ``[L]`` (ascending) and, for each, the sample ids holding it (ascending): the groups of
+    :class:`GroupBatchSampler`, the cells of :class:`StratifiedBatchSampler`. ``labels`` ``[N]`` long, ≥ 0."""
+    if labels.numel() == 0:
+        raise ValueError(f"{who}: no training samples")
+    if int(labels.min()) < 0:
+        raise ValueError(f"{who}: {what} ids must be >= 0, found {int(labels.min())}")
+    order = torch.argsort(labels, stable=True)
+    ids, counts = torch.unique_consecutive(labels[order], return_counts=True)
+    return ids, list(torch.split(order, counts.tolist()))
+
+
 class _Stream:
     """Draws from ``pool`` walking through fresh random permutations: every element once per permutation, and no
     element twice in one draw of at most ``pool.numel()`` (a draw that crosses into a new permutation takes that
@@ -83,14 +95,8 @@ class GroupBatchSampler(RankAwareBatchSampler):
     ) -> None:
         super().__init__(seed=seed, rank=rank, world_size=world_size)
         groups = torch.as_tensor(groups).reshape(-1).long()
-        if groups.numel() == 0:
-            raise ValueError("GroupBatchSampler: no training samples")
-        if int(groups.min()) < 0:
-            raise ValueError(f"GroupBatchSampler: group ids must be >= 0, found {int(groups.min())}")
-        order = torch.argsort(groups, stable=True)
-        ids, counts = torch.unique_consecutive(groups[order], return_counts=True)
+        ids, self.members = members_by_label(groups, "GroupBatchSampler", "group")
         self.group_ids = ids
-        self.members = list(torch.split(order, counts.tolist()))
         if not 1 <= int(groups_per_batch) <= ids.numel():
             raise ValueError(
                 f"GroupBatchSampler: groups_per_batch (B1) must be between 1 and the {ids.numel()} non-empty groups, "
@@ -199,18 +205,11 @@ class StratifiedBatchSampler(RankAwareBatchSampler):
     ) -> None:
         super().__init__(seed=seed, rank=rank, world_size=world_size)
         cells = torch.as_tensor(cells).reshape(-1).long()
-        if cells.numel() == 0:
-            raise ValueError("StratifiedBatchSampler: no training samples")
-        if int(cells.min()) < 0:
-            raise ValueError(f"StratifiedBatchSampler: cell ids must be >= 0, found {int(cells.min())}")
         if int(batch_size) < 1:
             raise ValueError(f"StratifiedBatchSampler: batch_size must be >= 1, got {batch_size}")
-        order = torch.argsort(cells, stable=True)
-        ids, counts = torch.unique_consecutive(cells[order], return_counts=True)
-        self.cell_ids = ids
-        self.members = list(torch.split(order, counts.tolist()))
+        self.cell_ids, self.members = members_by_label(cells, "StratifiedBatchSampler", "cell")
         self.batch_size, self.paired = int(batch_size), bool(paired)
-        self.quotas = proportional_quotas(counts.tolist(), self.batch_size)
+        self.quotas = proportional_quotas([m.numel() for m in self.members], self.batch_size)
         self._num_batches = int(num_batches) if num_batches else math.ceil(cells.numel() / self.global_batch_size())
 
     def num_batches(self) -> int:
