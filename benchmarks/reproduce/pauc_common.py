@@ -46,14 +46,27 @@ def source_digest() -> str:
     return h.hexdigest()[:16]
 
 
+#: CPU seconds of the runs a script has read or computed (the header's compute line: a cached rerun takes seconds)
+COMPUTE = {"seconds": 0.0}
+
+
+def compute_line() -> str:
+    """The results header's note on what the runs cost, whether this invocation ran them or read them back."""
+    return (f"Compute: {COMPUTE['seconds'] / 60:.1f} min of CPU for the runs (cached under {CACHE.relative_to(REPO)}, so a rerun "
+            "only writes the tables). ")
+
+
 def cached(key: str, compute: Callable[[], dict]) -> dict:
     """``compute()``'s result stored under ``CACHE/<hash of key and the library sources>.json``: a rerun of a
     script reads back every run whose setting and code are unchanged."""
     digest = hashlib.sha256((key + source_digest() + HARNESS_VERSION).encode()).hexdigest()[:24]
     path = CACHE / "runs" / f"{digest}.json"
     if path.is_file():
-        return json.loads(path.read_text())
+        result = json.loads(path.read_text())
+        COMPUTE["seconds"] += float(result.get("cpu_s", 0.0))
+        return result
     result = compute()
+    COMPUTE["seconds"] += float(result.get("cpu_s", 0.0))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({**result, "key": key}))

@@ -84,7 +84,7 @@ def main() -> None:
                 "`a9a.t` (clean labels); ± is the standard deviation over seeds (ddof = 0). Each row's step size is "
                 "selected on the validation pAUC of the same data variant.")
     head = C.header("Partial AUC on FPR [0.05, 0.5]: AGD-SBCD against LibAUC's one-way pAUC losses, and why",
-                    command, clock.seconds, seeds, protocol)
+                    command, clock.seconds, seeds, P.compute_line() + protocol)
     C.write_result(name, head + lines)
 
 

@@ -188,7 +188,8 @@ def main() -> None:
     lines = report(run, seeds, steps, args.quick)
     command = "python benchmarks/reproduce/pauc_range.py" + (" --quick" if args.quick else "")
     head = C.header("Partial AUC in an FPR range, linear model: AGD-SBCD, SoRR, DCA and baselines on a9a "
-                    "(Yao, Lin & Yang, NeurIPS 2022)", command, clock.seconds, seeds, PROTOCOL.format(steps=steps))
+                    "(Yao, Lin & Yang, NeurIPS 2022)", command, clock.seconds, seeds,
+                    P.compute_line() + PROTOCOL.format(steps=steps))
     C.write_result(name, head + lines)
 
 
@@ -252,8 +253,13 @@ def report(run: Runner, seeds, steps: int, quick: bool) -> list[str]:
                 lambda m, z: DCA(m, SumOfRankedRange(ALPHA, BETA), lr=1.0, inner_steps=100, data_sizes=z,
                                  metrics=[METRIC]), seed, budget, run.cache, None, extra=sorr_objective))
             gaps.append(dca["sorr_objective"] - sorr["sorr_objective"])
-        claims.append(ordering_claim(f"a9a: SoRR objective, DCA − AGD after {budget} batches (Figure 2: AGD lower)",
-                                     np.array(gaps), tolerance=1e-4))
+        claim = ordering_claim(f"a9a: SoRR objective, DCA − AGD after {budget} batches (Figure 2: AGD lower)",
+                               np.array(gaps), tolerance=1e-4)
+        if claim.verdict == "not reproduced":
+            claim.note = ("(the batches count only AGD's stochastic gradients: DCA's full-data subgradients are not "
+                          "charged to its budget, and AGD is scored at v̄_n of its last finished outer step, so the "
+                          "batches of an unfinished outer step count for nothing)")
+        claims.append(claim)
     lines += ["### Paper's claims", ""]
     lines += C.claim_table(claims, "value", digits=4)
     lines += ["", "A difference row is ours − the baseline per seed (positive: the paper's ordering holds). "
