@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["fcco_overhead", "libauc_compare", "ndcg_eval", "state_scale", "step_overhead", "song_step", "ranking_data", "image_loaders", "bias_floor", "pauc_a9a",
-         "fairness_adult", "gdro_synthetic"]
+ORDER = ["fcco_overhead", "libauc_compare", "ndcg_eval", "state_scale", "step_overhead", "song_step", "ranking_data", "image_loaders", "bias_floor",
+         "gdro_synthetic"]
 HEADER = """# Benchmark results
 
 Every table below was produced by the script and command it names, on the machine it names; timings are ratios
