@@ -1,5 +1,5 @@
 """AUC maximization under ROC-fairness constraints on UCI Adult (Chen, Wang, Yang, Lin, Yang, "Stochastic Momentum
-Methods for Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2024, §6 and Appendix
+Methods for Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025, §6 and Appendix
 F.2): ALEXR2 on the smoothed hinge penalty against SONX (hinge) and SOX (squared hinge), with the knobs the paper
 tunes swept (ALEXR2's inner step η, outer step α, Moreau parameter ν, inner steps K).
 
@@ -377,7 +377,7 @@ def main() -> None:
         (f" --epochs {args.epochs}" if args.epochs != default_epochs else "") + \
         (f" --seeds {len(seeds)}" if args.seeds else "") + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
     lines = header(
-        "ROC-fairness AUC maximization on UCI Adult: ALEXR2 vs SONX and SOX (NeurIPS 2024 non-smooth FCCO, F.2)",
+        "ROC-fairness AUC maximization on UCI Adult: ALEXR2 vs SONX and SOX (NeurIPS 2025 non-smooth FCCO, F.2)",
         command, max(watch.seconds, compute / args.jobs), seeds,  # a cached rerun reports the runs' time
         f"Protocol {protocol}\n\nCompute: {compute / 60:.1f} min of runs in {args.jobs} process(es) of one thread "
         f"(each run's result cached in `{Path(args.cache).name}/`); a run of {args.epochs} epochs takes about "

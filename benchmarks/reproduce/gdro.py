@@ -1,5 +1,5 @@
 """Group DRO with the CVaR divergence on UCI Adult (Chen, Wang, Yang, Lin, Yang, "Stochastic Momentum Methods for
-Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2024, §6 and Appendix F.1): SONEX
+Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025, §6 and Appendix F.1): SONEX
 against SONX, SOX on the same objective, and plain ERM, with the paper's open knobs swept.
 
     python benchmarks/reproduce/gdro.py [--quick] [--epochs E] [--seeds S] [--jobs J]
@@ -368,7 +368,7 @@ def main() -> None:
         (f" --epochs {epochs}" if args.epochs else "") + (f" --seeds {len(seeds)}" if args.seeds else "") + \
         (f" --jobs {args.jobs}" if args.jobs > 1 else "")
     sizes = torch.bincount(AdultGroupsDataModule(ROOT, 0)._splits["train"]["group"], minlength=20)
-    lines = header("Group DRO (CVaR, r = 0.15) on UCI Adult: SONEX vs SONX, SOX and ERM (NeurIPS 2024 non-smooth "
+    lines = header("Group DRO (CVaR, r = 0.15) on UCI Adult: SONEX vs SONX, SOX and ERM (NeurIPS 2025 non-smooth "
                    "FCCO, F.1)", command, max(watch.seconds, compute / args.jobs), seeds,
                    f"Protocol {protocol}\n\nTraining group sizes (seed 0, group = 4·race + 2·female + y, races "
                    f"{', '.join(RACES)}): {', '.join(str(int(v)) for v in sizes)}. Compute: {compute / 60:.1f} min of "
