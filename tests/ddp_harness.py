@@ -76,4 +76,7 @@ def fit_and_save(
     result = {"module": model.state_dict(), "optimizers": optimizers, "optimizer": optimizers[0] if optimizers else None,
               "step": trainer.global_step, "trace": trace.trace, **(extras(trainer) if extras else {})}
     torch.save(result, os.path.join(args.out, f"rank{trainer.global_rank}.pt"))
+    if torch.distributed.is_initialized():  # a clean teardown: a gloo group left to the interpreter's exit can abort
+        torch.distributed.barrier()         # the process ("terminate called without an active exception")
+        torch.distributed.destroy_process_group()
     return trainer
