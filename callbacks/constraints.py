@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Iterable, Sequence
 
 import torch
+import torchmetrics
 from lightning.pytorch import Callback, LightningModule, Trainer
+from torch import Tensor
 from torch.utils.data import DataLoader
 
-from fccolit import distributed
 from fccolit.data import identity_collate
 from fccolit.samplers import SequentialShardSampler
 
 __all__ = [
-    "ConstraintViolationLogger", "constraint_values", "constraint_means", "kkt_multipliers",
+    "ConstraintViolationLogger", "ConstraintStatistics", "constraint_values", "constraint_means", "kkt_multipliers",
     "accumulate_constraint_statistics",
 ]
 
@@ -61,20 +63,66 @@ def kkt_multipliers(pl_module: LightningModule, means: torch.Tensor) -> torch.Te
     return _objective(pl_module).multipliers(means, float(getattr(pl_module, "lam", 0.0) or 0.0))
 
 
+class ConstraintStatistics(torchmetrics.Metric):
+    """Running ``(Σ, count)`` ``[m, d']`` of a constrained objective's inner values over the data seen (float64 sum
+    states: torchmetrics adds them up across processes, so the value is exact for any split of the data into shards).
+
+    ``update(sums, counts)`` adds one batch's statistics (``objective.constraint_statistics(scores, batch)``, or
+    their sum over several batches: :func:`accumulate_constraint_statistics`); ``compute()`` returns the full-data
+    inner values ``g_i = Σ / count`` ``[m, d']`` (NaN where a count is 0: a constraint without data). A process
+    without data still joins the reduction (collective under DDP: every process must call ``compute``).
+
+    Args:
+        num_constraints: m, the objective's ``num_constraints``.
+        dim: d', its ``inner_dim``.
+    """
+
+    is_differentiable = False
+    full_state_update = False
+
+    sums: Tensor
+    counts: Tensor
+
+    def __init__(self, num_constraints: int, dim: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        shape = (int(num_constraints), int(dim))
+        self.add_state("sums", default=torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("counts", default=torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, sums: Tensor, counts: Tensor) -> None:  # type: ignore[override]
+        if sums.shape != self.sums.shape or counts.shape != self.counts.shape:
+            raise ValueError(
+                f"constraint statistics must have shape {tuple(self.sums.shape)}, got {tuple(sums.shape)} and "
+                f"{tuple(counts.shape)}"
+            )
+        # out of place: states reset under inference mode (trainer.validate) must not be changed in place later
+        self.sums = self.sums + sums.detach().to(self.sums)
+        self.counts = self.counts + counts.detach().to(self.counts)
+
+    def compute(self) -> Tensor:
+        return self.sums / self.counts  # 0/0 = NaN: a constraint without data
+
+    def reduced(self) -> Tensor:
+        """``compute()`` on a process that may have seen no data (without torchmetrics' warning about it)."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*was called before the ``update`` method.*")
+            return self.compute()
+
+
+def _statistics(pl_module: LightningModule) -> ConstraintStatistics:
+    objective = _objective(pl_module)
+    return ConstraintStatistics(objective.num_constraints, objective.inner_dim).to(pl_module.device)
+
+
 def constraint_means(
     pl_module: LightningModule, sums: torch.Tensor | None, counts: torch.Tensor | None
 ) -> torch.Tensor:
-    """The full-data inner values ``g_i = Σ / count`` ``[m, d']``, reduced over every rank first (collective)."""
-    objective = _objective(pl_module)
-    m, dim = objective.num_constraints, objective.inner_dim
-    device = pl_module.device
-    if sums is None:  # this rank saw no data (an empty shard)
-        sums = torch.zeros(m, dim, dtype=torch.float64, device=device)
-        counts = torch.zeros(m, dim, dtype=torch.float64, device=device)
-    totals = torch.stack([sums, counts])
-    if distributed.is_distributed():
-        torch.distributed.all_reduce(totals)
-    return totals[0] / totals[1]  # 0/0 = NaN: a constraint without data
+    """The full-data inner values ``g_i = Σ / count`` ``[m, d']``, reduced over every rank first (collective;
+    ``sums`` None: this rank saw no data)."""
+    statistics = _statistics(pl_module)
+    if sums is not None:
+        statistics.update(sums, counts)
+    return statistics.reduced()
 
 
 class ConstraintViolationLogger(Callback):
@@ -100,9 +148,10 @@ class ConstraintViolationLogger(Callback):
         {stage}/multiplier_<i>     the same values as penalty_weight_<i>, under the tag used before the two were
                                    told apart (``legacy_multiplier_tags``)
 
-    Exact across DDP ranks: every rank sums ``(Σ, count)`` per constraint over its shard, the sums are all-reduced
-    and divided once, so unequal shards (the evaluation samplers never pad) give the single-process value. The
-    module is evaluated as in validation (``pl_module(batch)`` in eval mode: ALEXR2's anchor).
+    Exact across DDP ranks: every rank sums ``(Σ, count)`` per constraint over its shard in a
+    :class:`ConstraintStatistics` metric, torchmetrics adds the sums of every rank up and they are divided once, so
+    unequal shards (the evaluation samplers never pad) give the single-process value. The module is evaluated as in
+    validation (``pl_module(batch)`` in eval mode: ALEXR2's anchor).
 
     Args:
         every_n_epochs: log every N epochs (epoch e is logged when (e + 1) % N == 0).
@@ -131,8 +180,7 @@ class ConstraintViolationLogger(Callback):
         self.every_n_epochs, self.stages = int(every_n_epochs), tuple(stages)
         self.log_each, self.log_weights = log_each, log_weights
         self.log_kkt_multipliers, self.legacy_multiplier_tags = log_kkt_multipliers, legacy_multiplier_tags
-        self._sums: torch.Tensor | None = None
-        self._counts: torch.Tensor | None = None
+        self._statistics: ConstraintStatistics | None = None  # the stage's running (Σ, count), made at first use
         self.last: dict[str, dict[str, float]] = {}  # the most recent values per stage (for scripts)
 
     # ------------------------------------------------------------------ when
@@ -142,15 +190,24 @@ class ConstraintViolationLogger(Callback):
         return stage == "test" or (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     def _reset(self) -> None:
-        self._sums = self._counts = None
+        if self._statistics is not None:
+            self._statistics.reset()
 
-    def _add(self, pl_module: LightningModule, batch: dict[str, torch.Tensor]) -> None:
-        sums, counts = accumulate_constraint_statistics(pl_module, [batch])
-        self._sums = sums if self._sums is None else self._sums + sums
-        self._counts = counts if self._counts is None else self._counts + counts
+    def _statistics_of(self, pl_module: LightningModule) -> ConstraintStatistics:
+        """The running statistics, on the module's device (made at first use: the objective sizes them)."""
+        if self._statistics is None:
+            self._statistics = _statistics(pl_module)
+        elif self._statistics.device != pl_module.device:
+            self._statistics = self._statistics.to(pl_module.device)
+        return self._statistics
+
+    def _add(self, pl_module: LightningModule, batches: Iterable[dict[str, torch.Tensor]]) -> None:
+        sums, counts = accumulate_constraint_statistics(pl_module, batches)
+        if sums is not None:  # None: no batch (an empty shard)
+            self._statistics_of(pl_module).update(sums, counts)
 
     def _log(self, pl_module: LightningModule, stage: str) -> None:
-        means = constraint_means(pl_module, self._sums, self._counts)
+        means = self._statistics_of(pl_module).reduced()  # collective: torchmetrics adds up every rank's sums
         h = _objective(pl_module).constraint_values(means)
         self._reset()
         values = {f"{stage}/max_violation": float(torch.nan_to_num(h, nan=-torch.inf).max()),
@@ -176,7 +233,7 @@ class ConstraintViolationLogger(Callback):
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         if self._due(trainer, "val"):
-            self._add(pl_module, batch)
+            self._add(pl_module, [batch])
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._due(trainer, "val"):
@@ -187,7 +244,7 @@ class ConstraintViolationLogger(Callback):
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         if self._due(trainer, "test"):
-            self._add(pl_module, batch)
+            self._add(pl_module, [batch])
 
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._due(trainer, "test"):
@@ -207,8 +264,9 @@ class ConstraintViolationLogger(Callback):
         batches = (trainer.precision_plugin.convert_input(trainer.strategy.batch_to_device(b)) for b in loader)
         was_training = pl_module.training
         pl_module.eval()
+        self._reset()
         try:
-            self._sums, self._counts = accumulate_constraint_statistics(pl_module, batches)
+            self._add(pl_module, batches)
         finally:
             pl_module.train(was_training)
         self._log(pl_module, "train")

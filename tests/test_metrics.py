@@ -16,7 +16,7 @@ from torchmetrics.retrieval import RetrievalNormalizedDCG
 from fccolit.metrics import (
     AUROC,
     NDCG,
-    AveragePrecision,
+    BinaryAveragePrecision,
     FullRankingNDCG,
     PartialAUC,
     auroc,
@@ -202,7 +202,7 @@ def test_partial_auc_argument_errors():
 def test_binary_metric_classes_accumulate_batches():
     s, y = _binary_data(9, n=257, ties=True)
     pairs = [
-        (AveragePrecision(), lambda a, b: average_precision(a, b)),
+        (BinaryAveragePrecision(), lambda a, b: average_precision(a, b)),
         (AUROC(), lambda a, b: auroc(a, b)),
         (PartialAUC(0.05, 0.5), lambda a, b: partial_auc(a, b, 0.05, 0.5)),
         (PartialAUC(0.0, 0.3, "mcclish"), lambda a, b: partial_auc(a, b, 0.0, 0.3, "mcclish")),
@@ -240,7 +240,7 @@ def test_binary_metric_errors():
     pauc.update(torch.tensor([0.1, 0.2]), torch.tensor([0, 0]))
     with pytest.raises(ValueError, match="got 0 positives, 2 negatives"):
         pauc.compute()
-    ap = AveragePrecision()
+    ap = BinaryAveragePrecision()
     ap.update(torch.tensor([0.1, 0.2]), torch.tensor([0, 0]))
     with pytest.raises(ValueError, match="without positives: got 0 positives, 2 negatives"):
         ap.compute()
@@ -499,7 +499,7 @@ def test_build_metric_parsing():
     assert isinstance(m, NDCG) and m.k == 10 and m.gain == "exp2"
     assert build_metric("ndcg").k is None
     assert build_metric("val/NDCG@3").k == 3
-    assert isinstance(build_metric("ap"), AveragePrecision)
+    assert isinstance(build_metric("ap"), BinaryAveragePrecision)
     assert isinstance(build_metric("auroc"), AUROC)
     m = build_metric("pauc_0.05_0.5")
     assert isinstance(m, PartialAUC) and (m.fpr_min, m.fpr_max, m.normalization) == (0.05, 0.5, "normalized")

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from fccolit.metrics import NDCG, AUROC, AveragePrecision, FullRankingNDCG, MulticlassAccuracy, PartialAUC
+from fccolit.metrics import NDCG, AUROC, BinaryAveragePrecision, FullRankingNDCG, MulticlassAccuracy, PartialAUC
 
 WORLD = 2
 
@@ -53,12 +53,12 @@ def _metrics():
     return {
         "ndcg@5": NDCG(k=5),
         "ndcg_skip": NDCG(k=None, empty="skip", ties="pessimistic"),
-        "ap": AveragePrecision(),
+        "ap": BinaryAveragePrecision(),
         "auroc": AUROC(),
         "pauc_0.05_0.5": PartialAUC(0.05, 0.5),
         "pauc_0_0.3_mcclish": PartialAUC(0.0, 0.3, "mcclish"),
         "full": FullRankingNDCG(ks=(5, 10)),
-        "ap_tasks": AveragePrecision(),
+        "ap_tasks": BinaryAveragePrecision(),
         "accuracy": MulticlassAccuracy(4),
     }
 

@@ -35,7 +35,7 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 
 from fccolit import distributed
-from fccolit.metrics import build_metric, metric_kind
+from fccolit.metrics import EvaluationMetrics, build_metric
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.samplers.base import derived_seed
 from fccolit.state import IndexedState, InitialState, StateUpdate
@@ -45,11 +45,6 @@ RESUME_KEY = "fccolit_resume"
 
 OptimizerFactory = OptimizerCallable
 SchedulerFactory = LRSchedulerCallable
-
-
-def _metric_key(name: str) -> str:
-    """ModuleDict keys cannot hold '.', logged names can."""
-    return name.replace(".", "_").replace("@", "_at_")
 
 
 def _packable(scores: torch.Tensor, fields: list[torch.Tensor]) -> bool:
@@ -189,18 +184,15 @@ class FCCOModule(LightningModule):
             objective.bind_model(model)
         default_metrics = objective.default_metrics if objective is not None else self.default_metrics
         self.metric_names = list(metrics) if metrics is not None else list(default_metrics)
-        self.metrics = nn.ModuleDict(
-            {
-                stage: nn.ModuleDict({_metric_key(n): build_metric(n, self.data_sizes.get("num_classes")) for n in self.metric_names})
-                for stage in ("val", "test")
-            }
-        )
+        self.metrics = nn.ModuleDict({stage: self.build_metrics() for stage in ("val", "test")})
         # running sum and count of f_i(u_i) over the epoch (plain tensors: a torchmetrics object costs ~1 ms a step)
         # (not in the state dict, whose values one process and W processes share: the checkpoint keeps the sums
         # over every rank apart, see on_save_checkpoint)
         self.register_buffer("_objective_sum", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("_objective_count", torch.zeros((), dtype=torch.float64), persistent=False)
         self._random_draw_seed: int | None = None  # the run's seed of the per-step generators (on_fit_start)
+        self._logs_this_step = True  # see logs_this_step
+        self._step_delegate: tuple[FCCOModule, str] | None = None  # see delegate_step
         self.configure_state()
         state = getattr(self, "state", None)
         if initial_state != "first_estimate" and (not isinstance(state, IndexedState) or state.initial_value is None):
@@ -225,16 +217,19 @@ class FCCOModule(LightningModule):
         if self.objective is not None:
             self.state = self.make_state(self.objective.inner_dim, name="u", initial=self.initial_state)
 
-    def make_state(self, dim: int, name: str, rows_key: str | None = None, **kwargs: Any) -> IndexedState:
-        """An :class:`IndexedState` with the objective's rows (or ``data_sizes[rows_key]``) and Ω (``kwargs``: the
-        state's other options, e.g. ``initial``, ``decay_unsampled``)."""
+    def make_state(
+        self, dim: int, name: str, rows_key: str | None = None, objective: FCCOObjective | None = None, **kwargs: Any
+    ) -> IndexedState:
+        """An :class:`IndexedState` with the rows and Ω of ``objective`` (default: the module's) or
+        ``data_sizes[rows_key]`` rows (``kwargs``: the state's other options, e.g. ``initial``, ``decay_unsampled``)."""
+        objective = objective if objective is not None else self.objective
         if not self.data_sizes:
             raise ValueError(
                 f"{type(self).__name__} needs data_sizes to size its per-index state: run it through the fccolit CLI "
                 "(which links them from the DataModule) or pass data_sizes=datamodule.sizes."
             )
-        rows = self.data_sizes[rows_key] if rows_key else self.objective.num_rows(self.data_sizes)
-        lower, upper = self.objective.state_bounds(self.data_sizes)
+        rows = self.data_sizes[rows_key] if rows_key else objective.num_rows(self.data_sizes)
+        lower, upper = objective.state_bounds(self.data_sizes)
         return IndexedState(rows, dim, lower=lower, upper=upper, dtype=self.state_dtype, name=name, **kwargs)
 
     def default_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -242,10 +237,6 @@ class FCCOModule(LightningModule):
         from fccolit.optim import Momentum
 
         return Momentum(params, lr=1e-3, momentum_weight=0.1)
-
-    def update_state(self, inner: InnerBatch, synced: bool) -> tuple[torch.Tensor, StateUpdate]:
-        """Apply the algorithm's state rule; return (u used in ∇f, the update record)."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ forward and the shared step
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -284,30 +275,137 @@ class FCCOModule(LightningModule):
             return distributed.all_gather_with_grad(scores), gathered, True
         return scores, batch, False
 
+    # ------------------------------------------------------------------ the FCCO step
     def compositional_loss(
         self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The surrogate scalar whose gradient is the algorithm's estimator, and ``f_i(u_i)`` of the batch's
+        """The FCCO step: the scalar whose gradient is the algorithm's estimator, and ``f_i(u_i)`` of the batch's
         rows (the plug-in estimate of F, for logging; None when the batch has no outer index). Updates the state.
+
+        Every algorithm's step is this template; the papers differ only in its hooks::
+
+            previous = self.scores_at_previous(batch, synced)              # SONEX's w_{t−1} (MSVR), else None
+            inner    = self.inner_estimates(objective, scores, batch, synced, previous)   # ĝ_i (+ correction)
+            terms    = self.estimator_terms_of(objective, state, inner, synced)   # update u, ⟨∇f_i(u_i), ĝ_i⟩
+            direct   = self.direct_term(scores, batch, synced, previous)     # g_0 (SONEX / PenaltySOX), or none
+            loss     = direct + self.reduce_rows(terms, synced)              # assemble_loss
         """
         scores, obj_batch, synced = self.objective_inputs(scores, batch)
-        inner = self.objective.inner(scores, obj_batch)
-        if inner.index.numel() == 0:  # no outer index in this batch: a zero step that keeps DDP in lockstep
-            if not synced and distributed.is_distributed():
-                self.update_state(inner, synced)  # the other ranks' rows still arrive through its collectives
-            return scores.sum() * 0.0, None
-        u, record = self.update_state(inner, synced)
-        self.log_rows_at_bounds(self.state, record.current)
-        weight = self.objective.outer_grad(u, inner.context).detach().to(inner.value.dtype)
+        previous = self.scores_at_previous(batch, synced)
+        inner = self.inner_estimates(self.objective, scores, obj_batch, synced, previous)
+        terms, estimate = self.estimator_terms_of(self.objective, self.state, inner, synced)
+        direct = self.direct_term(scores, obj_batch, synced, previous)
+        self.on_estimate_end()
+        return self.assemble_loss(scores, terms, estimate, direct, synced)
+
+    def estimator_terms_of(
+        self, objective: FCCOObjective, state: IndexedState, inner: InnerBatch, synced: bool
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """One tracked FCCO sum's share of the step: update ``state`` with the batch's estimates, select the u that
+        enters ∇f, and return per row ``⟨stop_grad(w_i), v_i⟩`` ``[R]`` (:meth:`estimator_weights`: w_i = ∇f_i(u_i),
+        v_i = ĝ_i(w)) and the plug-in ``f_i(u_i)`` ``[R]`` at the updated u; ``(None, None)`` without rows.
+
+        The empty-batch rule: the state is updated unless the *global* batch is known to hold no row (one process,
+        or an objective evaluated on the gathered batch). Under DDP a rank without rows still takes part in the
+        state's all-gather, which brings the other ranks' rows, so every rank's state stays identical.
+        """
+        if inner.index.numel() == 0 and (synced or not distributed.is_distributed()):
+            return None, None
+        record = self.update_state(state, inner, synced)
+        if inner.index.numel() == 0:
+            return None, None
+        self.log_rows_at_bounds(state, record.current)
+        u = record.current if self.u_for_gradient == "fresh" else record.previous
+        terms = self.surrogate_terms(*self.estimator_weights(objective, u, inner))
         with torch.no_grad():
-            estimate = self.objective.outer(record.current, inner.context)
-        return (weight * inner.value).sum(-1).mean(), estimate
+            estimate = self.plug_in_estimate(objective, record.current, inner)
+        return terms, estimate
+
+    @staticmethod
+    def surrogate_terms(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Per row ``Σ_k stop_grad(w_ik) · v_ik`` ``[R]`` from weights and differentiable values ``[R, k]``: the terms
+        whose gradient is the compositional estimator ``∇ĝ_i(w) ∇f_i(u_i)`` (with w = ∇f_i(u_i), v = ĝ_i(w)); their
+        value means nothing. Every algorithm's loss is formed here."""
+        return (weights.detach().to(values.dtype) * values).sum(-1)
+
+    def assemble_loss(
+        self, scores: torch.Tensor, terms: torch.Tensor | None, estimate: torch.Tensor | None,
+        direct: tuple[torch.Tensor | None, torch.Tensor | None], synced: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The step's loss ``ĝ_0 + reduce_rows(terms)`` (0 with the graph when there is neither) and the per-row
+        plug-in estimate plus ``g_0``'s value (None without rows)."""
+        loss = scores.sum() * 0.0 if terms is None else self.reduce_rows(terms, synced)
+        direct_loss, direct_value = direct
+        if direct_loss is not None:
+            loss = direct_loss + loss
+        if estimate is not None and direct_value is not None:
+            estimate = estimate + direct_value
+        return loss, estimate
+
+    # ------------------------------------------------------------------ hooks of the FCCO step
+    #: γ, the weight of the new inner estimate in the moving average (1: the plug-in estimate, no memory)
+    ema_weight: float = 1.0
+    #: γ', the weight of the MSVR correction ``ĝ_i(w_t) − ĝ_i(w_{t−1})`` (0: none; SONEX / ALEXR2 set it)
+    correction_weight: float = 0.0
+    #: which u enters ∇f: ``"previous"`` (u^{t−1}, as SOX is analysed) or ``"fresh"`` (u^t, after this step's update)
+    u_for_gradient: str = "previous"
+
+    def scores_at_previous(self, batch: dict[str, torch.Tensor], synced: bool) -> torch.Tensor | None:
+        """The batch's scores at the previous iterate w_{t−1} when the state rule has an MSVR correction (SONEX),
+        else None (the default)."""
+        return None
+
+    def inner_estimates(
+        self, objective: FCCOObjective, scores: torch.Tensor, batch: dict[str, torch.Tensor], synced: bool,
+        previous_scores: torch.Tensor | None = None,
+    ) -> InnerBatch:
+        """The outer indices of the batch and their estimates ``ĝ_i(w)`` (default: ``objective.inner``)."""
+        return objective.inner(scores, batch)
+
+    def update_state(self, state: IndexedState, inner: InnerBatch, synced: bool) -> StateUpdate:
+        """The algorithm's state rule on the batch's rows. Default: the moving average with the MSVR correction
+        ``u_i ← Π_Ω[(1 − γ) u_i + γ s ĝ_i + γ' (ĝ_i − ĝ_i(w_{t−1}))]`` (:meth:`IndexedState.update`) with
+        γ = ``ema_weight``, s = :meth:`sample_scale`, γ' = ``correction_weight``."""
+        return state.update(
+            inner.index, inner.value, ema_weight=self.ema_weight, sample_scale=self.sample_scale(state, inner, synced),
+            correction=inner.correction, correction_weight=self.correction_weight, synced=synced,
+        )
+
+    def sample_scale(self, state: IndexedState, inner: InnerBatch, synced: bool) -> float:
+        """s, the factor of the new estimate in :meth:`update_state` (default 1; MOAP: n/B1)."""
+        return 1.0
+
+    def estimator_weights(
+        self, objective: FCCOObjective, u: torch.Tensor, inner: InnerBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row ``(w_i, v_i)`` ``[R, k]`` each: the step's loss holds ``Σ_k stop_grad(w_ik) v_ik``. Default
+        ``(∇f_i(u_i), ĝ_i(w))``; K-SONG scales w by ψ and adds its implicit-threshold column, SOLC writes
+        ``ĝ/u`` in the log domain, SONEX smooths ∇f."""
+        return objective.outer_grad(u, inner.context), inner.value
+
+    def plug_in_estimate(self, objective: FCCOObjective, u: torch.Tensor, inner: InnerBatch) -> torch.Tensor:
+        """``f_i(u_i)`` per row at the updated state (``train/objective``)."""
+        return objective.outer(u, inner.context)
+
+    def reduce_rows(self, terms: torch.Tensor, synced: bool) -> torch.Tensor:
+        """The step's loss from the per-row terms ``[R]``: their mean (SONEX: optionally a fixed 1/m)."""
+        return terms.mean()
+
+    def direct_term(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor], synced: bool, previous_scores: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``g_0``'s share of the step's loss and its value (detached) when ``F = g_0 + (1/n) Σ f_i(g_i)`` has a
+        direct term; default ``(None, None)``."""
+        return None, None
+
+    def on_estimate_end(self) -> None:
+        """Called once the step's loss is formed, before the backward (SONEX: w_t becomes the previous iterate)."""
 
     def log_rows_at_bounds(self, state: IndexedState, rows: torch.Tensor) -> None:
         """On the steps the logger writes, for a state projected onto a box Ω: ``train/<state>_at_lower/<c>`` and
         ``train/<state>_at_upper/<c>``, the share of this step's updated rows (``[R, dim]``) that sit at each finite
         bound of component c, i.e. rows the projection rather than the estimate sets (this rank's rows)."""
-        if not state.has_bounds or not getattr(self, "_write_logs", False) or self._trainer is None:
+        if not state.has_bounds or not self.logs_this_step or self._trainer is None:
             return
         at_lower, at_upper = state.share_at_bounds(rows)
         for c in range(state.dim):
@@ -316,11 +414,29 @@ class FCCOModule(LightningModule):
             if torch.isfinite(state.upper[c]):
                 self.log(f"train/{state.name}_at_upper/{c}", at_upper[c].item(), on_step=True, on_epoch=False)
 
+    def delegate_step(self, algorithm: "FCCOModule | None", log_name: str = "warmup/objective") -> None:
+        """Take the training steps with ``algorithm``'s FCCO step (its objective, state and hooks; this module's model,
+        optimizer and schedule) until called with None. Its plug-in estimate is logged as ``log_name`` on the
+        logger's steps; ``train/objective`` stays this module's. Used by :class:`~fccolit.callbacks.WarmUp`."""
+        self._step_delegate = (algorithm, log_name) if algorithm is not None else None
+
+    @property
+    def step_delegate(self) -> "FCCOModule | None":
+        """The algorithm whose step is taken instead of this module's (:meth:`delegate_step`), or None."""
+        return None if self._step_delegate is None else self._step_delegate[0]
+
     @_naming_the_step
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        loss, estimate = self.compositional_loss(self(batch), batch)
+        if self._step_delegate is None:
+            loss, estimate = self.compositional_loss(self(batch), batch)
+            self.optimization_step(loss)
+            self.log_objective_estimate(estimate)
+            return
+        algorithm, log_name = self._step_delegate
+        loss, estimate = algorithm.compositional_loss(self(batch), batch)
         self.optimization_step(loss)
-        self.log_objective_estimate(estimate)
+        if estimate is not None and self.logs_this_step:
+            self.log(log_name, estimate.mean(), on_step=True, on_epoch=False, prog_bar=True)
 
     def on_fit_start(self) -> None:
         distributed.reset_row_capacity()  # every rank pads the state's all-gather alike from here on
@@ -354,15 +470,18 @@ class FCCOModule(LightningModule):
         np.random.seed(seed & 0xFFFFFFFF)
         random.seed(seed)
 
-    def _logging_step(self) -> bool:
-        """Whether the logger writes this batch's values (Lightning writes when ``(batches so far + 1)`` is a multiple
-        of ``log_every_n_steps``; these modules take one optimizer step per batch, so the batches so far are the
-        global step until this batch's step is taken: the flag is fixed at the start of the batch)."""
-        every = getattr(self.trainer, "log_every_n_steps", 1) or 1
-        return (self.global_step + 1) % every == 0
+    @property
+    def logs_this_step(self) -> bool:
+        """Whether the logger writes this training batch's values: Lightning writes when ``(batches so far + 1)`` is
+        a multiple of ``log_every_n_steps``. Fixed at the start of each batch (these modules take one optimizer step
+        per batch, so the batches so far are the global step until this batch's step is taken); True outside
+        training. Algorithms and callbacks compute values that exist only to be logged under this flag: a
+        ``self.log`` call costs about 0.3 ms on a CPU, as much as a state update."""
+        return self._logs_this_step
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        self._write_logs = self._logging_step()
+        every = getattr(self.trainer, "log_every_n_steps", 1) or 1
+        self._logs_this_step = (self.global_step + 1) % every == 0
         self.seed_step_generators(batch_idx)
 
     def log_objective_estimate(self, estimate: torch.Tensor | None) -> None:
@@ -377,7 +496,7 @@ class FCCOModule(LightningModule):
             return
         self._objective_sum.add_(estimate.sum())  # in place: `+=` on a module attribute goes through __setattr__
         self._objective_count.add_(estimate.numel())
-        if getattr(self, "_write_logs", True):
+        if self.logs_this_step:
             self.log(self.training_estimate_name, estimate.mean(), on_step=True, on_epoch=False, prog_bar=True)
 
     def optimization_step(self, loss: torch.Tensor, add_to_gradient: Callable[[], None] | None = None) -> None:
@@ -508,39 +627,36 @@ class FCCOModule(LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt)}}
 
     # ------------------------------------------------------------------ evaluation (never touches the state)
-    def update_metric(self, metric: nn.Module, name: str, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
-        if metric_kind(name) == "ranking":
-            metric.update(scores, batch["relevance"], batch.get("mask"))
-        elif metric_kind(name) == "multiclass":  # [B, C] scores, class labels [B]
-            metric.update(scores, batch["y"].reshape(-1))
-        elif batch["y"].dim() == 2 and batch["y"].shape[1] > 1:  # multi-task: [B, T] scores and labels (−1: none)
-            metric.update(scores, batch["y"])
-        else:
-            metric.update(scores.reshape(-1), batch["y"].reshape(-1))
+    def build_metrics(self) -> EvaluationMetrics:
+        """A fresh set of the module's evaluation metrics, one set per stage in ``self.metrics`` (``"val"``,
+        ``"test"``; modules with a second evaluation add groups such as ``"val_anchor"``): the metric of each name of
+        :attr:`metric_names` (:func:`~fccolit.metrics.build_metric`). A module with metrics of its own (full-ranking
+        NDCG for recommendation) extends it."""
+        num_classes = self.data_sizes.get("num_classes")
+        return EvaluationMetrics({name: build_metric(name, num_classes) for name in self.metric_names})
+
+    def evaluation_scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The scores validation, test and predict take of ``batch`` (default: ``self(batch)``)."""
+        return self(batch)
 
     def _eval_step(self, stage: str, batch: dict[str, torch.Tensor]) -> None:
-        scores = self(batch)
-        for name in self.metric_names:
-            self.update_metric(self.metrics[stage][_metric_key(name)], name, scores, batch)
+        self.metrics[stage].update_from_batch(self.evaluation_scores(batch), batch)
 
     def _eval_epoch_end(self, stage: str) -> None:
-        sanity = self.trainer is not None and self.trainer.sanity_checking
-        for name in self.metric_names:
-            metric = self.metrics[stage][_metric_key(name)]
-            if sanity:  # two sanity batches need not hold both classes: do not judge them
-                metric.reset()
-            elif metric_kind(name) == "multiclass" or (self.data_sizes.get("num_tasks", 1) > 1 and metric_kind(name) != "ranking"):
-                # the mean over tasks (or overall accuracy) and each task (class)
-                self.log(f"{stage}/{name}", metric.compute(), prog_bar=stage == "val")  # compute syncs the ranks
-                task_names = getattr(getattr(self.trainer, "datamodule", None), "task_names", None)
-                per_task = metric.per_task.tolist() if metric.per_task is not None else []
-                for t, value in enumerate(per_task):
-                    label = task_names[t] if task_names and len(task_names) == len(per_task) else str(t)
-                    label = "_".join(str(label).split())  # a TensorBoard tag without spaces
-                    self.log(f"{stage}/{name}/{label}", value)
-                metric.reset()
-            else:  # Lightning computes (synchronizing the metric states across ranks) and resets it
-                self.log(f"{stage}/{name}", metric, prog_bar=stage == "val")
+        self.log_evaluation_metrics(stage)
+
+    def log_evaluation_metrics(self, group: str) -> None:
+        """Log the values of ``self.metrics[group]`` as ``{group}/{name}`` (``val/ap``, ``val/ap/<task>``,
+        ``val/accuracy/<class>``, ``val/ndcg@10``, ...; each metric says what it logs) and reset them. Collective
+        under DDP (the metrics synchronize their states). In the sanity check the metrics are reset unlogged: two
+        sanity batches need not hold both classes."""
+        metrics = self.metrics[group]
+        if not (self._trainer is not None and self._trainer.sanity_checking):
+            labels = getattr(getattr(self._trainer, "datamodule", None), "task_names", None)
+            # the values are the same on every rank (synchronized by compute): no sync_dist
+            for name, value in metrics.named_values(labels).items():
+                self.log(f"{group}/{name}", value, prog_bar=group == "val" and name in self.metric_names)
+        metrics.reset()
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._eval_step("val", batch)
@@ -555,4 +671,4 @@ class FCCOModule(LightningModule):
         self._eval_epoch_end("test")
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        return self(batch)
+        return self.evaluation_scores(batch)

@@ -46,8 +46,7 @@ import torch
 from torch import nn
 
 from fccolit import distributed
-from fccolit.algorithms.base import FCCOModule, _metric_key
-from fccolit.metrics import build_metric
+from fccolit.algorithms.base import FCCOModule
 from fccolit.objectives.pauc import (
     PartialAUCRange,
     RankedRangeBatch,
@@ -361,28 +360,18 @@ class _RankedRangeModule(FCCOModule):
         return torch.func.functional_call(self.model, parameters, (batch[self.input_key],))
 
     def _eval_step(self, stage: str, batch: dict[str, torch.Tensor]) -> None:
-        scores = self.evaluation_scores(batch)
-        for name in self.metric_names:
-            self.update_metric(self.metrics[stage][_metric_key(name)], name, scores, batch)
+        super()._eval_step(stage, batch)
         alternative = self.alternative_evaluation()
-        if alternative is not None:
-            _, parameters = alternative
+        if alternative is not None:  # its metrics are the group {stage}_{tag} of self.metrics
+            tag, parameters = alternative
             scores = self(batch) if parameters is None else self.evaluation_scores(batch, parameters)
-            for name in self.metric_names:
-                self.update_metric(self.alt_metrics[stage][_metric_key(name)], name, scores, batch)
+            self.metrics[f"{stage}_{tag}"].update_from_batch(scores, batch)
 
     def _eval_epoch_end(self, stage: str) -> None:
         super()._eval_epoch_end(stage)
         alternative = self.alternative_evaluation()
-        if alternative is None:
-            return
-        sanity = self.trainer is not None and self.trainer.sanity_checking
-        for name in self.metric_names:
-            metric = self.alt_metrics[stage][_metric_key(name)]
-            if sanity:
-                metric.reset()
-            else:
-                self.log(f"{stage}_{alternative[0]}/{name}", metric)
+        if alternative is not None:
+            self.log_evaluation_metrics(f"{stage}_{alternative[0]}")
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         return self.evaluation_scores(batch)
@@ -390,7 +379,7 @@ class _RankedRangeModule(FCCOModule):
     def log_loop(self, always: bool = False, **values: float) -> None:
         """Log loop counters as ``train/<key>`` on the steps the logger writes (``log_every_n_steps``): a
         ``self.log`` call costs about a millisecond, as much as a linear model's whole step."""
-        if always or getattr(self, "_write_logs", True):
+        if always or self.logs_this_step:
             for key, value in values.items():
                 self.log(f"train/{key}", float(value), on_step=True, on_epoch=False)
 
@@ -510,9 +499,8 @@ class PAUCRange(_RankedRangeModule):
         self.inner_steps, self.inner_growth, self.step_decay = int(inner_steps), float(inner_growth), bool(step_decay)
         self.lambda_init, self.evaluate = lambda_init, evaluate
         super().__init__(model, objective, **kwargs)
-        self.alt_metrics = nn.ModuleDict(
-            {stage: nn.ModuleDict({_metric_key(n): build_metric(n, self.data_sizes.get("num_classes")) for n in self.metric_names}) for stage in ("val", "test")}
-        )
+        tag = self.alternative_evaluation()[0]  # the second evaluation's metrics, logged as {stage}_{tag}/...
+        self.metrics.update({f"{stage}_{tag}": self.build_metrics() for stage in ("val", "test")})
 
     @property
     def has_m_branch(self) -> bool:

@@ -14,7 +14,8 @@ All three are SOX (one moving average per relevant (query, item) pair, selective
 
 Evaluation: learning-to-rank batches (``features``, ``relevance``, ``mask``) are scored list by list and feed
 ``{stage}/ndcg@k`` (FCCOModule's metrics); recommendation batches with ``heldout_items`` are scored against every
-item (``model.score_all``) and feed :class:`~fccolit.metrics.FullRankingNDCG`, logged under the same names.
+item (``model.score_all``) and feed :class:`~fccolit.metrics.FullRankingNDCG`, one more metric of the same
+:class:`~fccolit.metrics.EvaluationMetrics`, logged under the same names.
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from typing import Iterable, Sequence
 import torch
 from torch import nn
 
-from fccolit import distributed
 from fccolit.algorithms.sox import SOX
-from fccolit.metrics import NDCG, FullRankingNDCG
+from fccolit.metrics import NDCG, EvaluationMetrics, FullRankingNDCG
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
-from fccolit.state import StateUpdate
+from fccolit.state import IndexedState, StateUpdate
 
 #: Default metrics (seed 000 §1.2): NDCG@{1,3,5} for learning to rank, @{10,20,50} for recommendation.
 LTR_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5")
@@ -104,16 +104,6 @@ class RankingSOX(SOX):
         if metrics is None:
             metrics = RECOMMENDATION_METRICS if recommendation else LTR_METRICS
         super().__init__(model, objective, ema_weight=ema_weight, u_for_gradient=u_for_gradient, metrics=metrics, **kwargs)
-        self.full_ranking: nn.ModuleDict | None = None
-        self._full_ranking_seen: set[str] = set()
-        if recommendation and self.metric_names:
-            self._cutoffs = [_ndcg_cutoff(n, int(sizes["num_items"])) for n in self.metric_names]
-            ks = tuple(sorted(set(self._cutoffs)))
-            self.full_ranking = nn.ModuleDict({stage: FullRankingNDCG(ks, empty=empty_query_ndcg) for stage in ("val", "test")})
-        for stage in self.metrics.values():
-            for metric in stage.values():
-                if isinstance(metric, NDCG):
-                    metric.empty = empty_query_ndcg
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return score_lists(self.model, batch)
@@ -123,57 +113,33 @@ class RankingSOX(SOX):
         return torch.optim.Adam(params, lr=1e-3)
 
     # ------------------------------------------------------------------ evaluation
-    def _normal_metric_states(self) -> None:
-        """Metric states reset inside ``trainer.validate`` / ``test`` (inference mode) are inference tensors, which
-        the in-place updates of :mod:`fccolit.metrics` cannot change in a later ``fit`` (no-grad mode): swap them
-        for normal copies. (Not needed once those metrics update their states out of place.)"""
-        if torch.is_inference_mode_enabled():
-            return
-        metrics = [m for stage in self.metrics.values() for m in stage.values()]
-        metrics += list(self.full_ranking.values()) if self.full_ranking is not None else []
-        for metric in metrics:
-            for name in metric._defaults:
-                value = getattr(metric, name)
-                if isinstance(value, torch.Tensor) and value.is_inference():
-                    setattr(metric, name, value.clone())
+    def build_metrics(self) -> EvaluationMetrics:
+        """NDCG@k of candidate lists (``relevance``, ``mask``) counting an empty query as ``empty_query_ndcg`` says,
+        and, with recommendation ``data_sizes`` (``num_users``), one :class:`~fccolit.metrics.FullRankingNDCG` for
+        the full-ranking batches (``heldout_items``), logged under the same names (one ``topk`` serves every
+        cut-off). Each batch feeds the metrics that read its fields."""
+        metrics = super().build_metrics()
+        for _, metric in metrics.named_metrics():
+            if isinstance(metric, NDCG):
+                metric.empty = self.empty_query_ndcg
+        if "num_users" in self.data_sizes and self.metric_names:
+            cutoffs = [_ndcg_cutoff(n, int(self.data_sizes["num_items"])) for n in self.metric_names]
+            metrics.add("full_ranking_ndcg", FullRankingNDCG(cutoffs, empty=self.empty_query_ndcg, names=self.metric_names))
+        return metrics
 
-    def on_validation_epoch_start(self) -> None:
-        self._normal_metric_states()
-
-    def on_test_epoch_start(self) -> None:
-        self._normal_metric_states()
-
-    def _eval_step(self, stage: str, batch: dict[str, torch.Tensor]) -> None:
+    def evaluation_scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """A full-ranking batch (``heldout_items``) is scored against every item, ``model.score_all(query)`` ``[U, I]``;
+        any other batch list by list (:func:`score_lists`)."""
         if "heldout_items" not in batch:
-            return super()._eval_step(stage, batch)
-        if self.full_ranking is None:
+            return self(batch)
+        if "num_users" not in self.data_sizes:
             raise ValueError(
                 "a full-ranking evaluation batch (heldout_items) needs a module built with recommendation data_sizes "
                 "(num_users, num_items)"
             )
         if not hasattr(self.model, "score_all"):
             raise TypeError(f"{type(self.model).__name__} has no score_all(query): it cannot rank every item")
-        scores = self.model.score_all(batch["query"])
-        self.full_ranking[stage].update(
-            scores, batch["heldout_items"], batch["heldout_relevance"], batch.get("exclude_items")
-        )
-        self._full_ranking_seen.add(stage)
-
-    def _eval_epoch_end(self, stage: str) -> None:
-        seen = stage in self._full_ranking_seen
-        if self.full_ranking is not None and distributed.is_distributed():  # every rank takes the same path
-            flag = torch.tensor([float(seen)], device=self.device)
-            torch.distributed.all_reduce(flag)
-            seen = bool(flag.item() > 0)
-        if not seen:
-            return super()._eval_epoch_end(stage)
-        self._full_ranking_seen.discard(stage)
-        metric = self.full_ranking[stage]
-        if not (self.trainer is not None and self.trainer.sanity_checking):
-            values = metric.compute()  # synchronized across ranks by torchmetrics
-            for name, k in zip(self.metric_names, self._cutoffs):
-                self.log(f"{stage}/{name}", values[k].float(), prog_bar=stage == "val", sync_dist=True)
-        metric.reset()
+        return self.model.score_all(batch["query"])
 
 
 class SONG(RankingSOX):
@@ -287,7 +253,7 @@ class KSONG(SONG):
 
     def _threshold_before(self, query: torch.Tensor, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """λ^t of the batch's queries ``[B]``, with the first-visit value where a query was never visited."""
-        lam = self.threshold.value.index_select(0, query)[:, 0].to(scores.dtype)
+        lam = self.threshold.read(query)[:, 0].to(scores.dtype)
         unvisited = torch.isnan(lam)
         if self.lambda_init == "solve":
             if bool(unvisited.any()):
@@ -301,45 +267,52 @@ class KSONG(SONG):
         ``train/top_k_share``, the share a top-K threshold leaves above it (mean ``K/N_q``). A λ that tracks the
         (K+1)-th score keeps the two close; a λ far below it (a small ``lambda_lr`` after a start at 0) leaves most
         of the list above, and ψ then selects nearly everything (K-SONG ≈ SONG with a soft weight)."""
-        if not getattr(self, "_write_logs", False) or self._trainer is None or scores.shape[0] == 0:
+        if not self.logs_this_step or self._trainer is None or scores.shape[0] == 0:
             return
         with torch.no_grad():
             share, target = self.objective.share_above(scores, batch, lam)
         self.log("train/share_above_lambda", float(share.mean()), on_step=True, on_epoch=False)
         self.log("train/top_k_share", float(target.mean()), on_step=True, on_epoch=False)
 
-    def compositional_loss(
-        self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        scores, batch, synced = self.objective_inputs(scores, batch)
+    def inner_estimates(
+        self, objective: FCCOObjective, scores: torch.Tensor, batch: dict[str, torch.Tensor], synced: bool,
+        previous_scores: torch.Tensor | None = None,
+    ) -> InnerBatch:
+        """The threshold steps of the batch's queries (λ, and s for the theoretical estimator), then the pairs'
+        estimates with the per-row context K-SONG's weights need: ``margin`` ``h_i − λ_q`` (detached) and, for the
+        theoretical estimator, ``implicit_threshold`` (``λ̂_q`` written so that its gradient is ∇λ̂_q)."""
         objective: TopKNDCGSurrogate = self.objective
         query = batch["query"]
         lam = self._threshold_before(query, scores.detach(), batch)
         lower = objective.lower_level(scores, batch, lam)
         self.log_threshold_share(scores.detach(), batch, lam)
         self.threshold.update(query, (lam - self.lambda_lr * lower.grad).unsqueeze(1), ema_weight=1.0, synced=synced)
-        theoretical = self.estimator == "theoretical"
-        if theoretical:
+        if self.estimator == "theoretical":
             s = self.curvature.update(query, lower.hess.unsqueeze(1), ema_weight=self.hessian_ema_weight, synced=synced)
-            s_before = s.previous[:, 0].to(scores.dtype)
-
+            implicit = objective.threshold_score(scores, lower.weights) / s.previous[:, 0].to(scores.dtype)
         inner = objective.inner(scores, batch)
-        if inner.index.numel() == 0:
-            return scores.sum() * 0.0, None
-        u, record = self.update_state(inner, synced)
+        row = inner.context["row"]
+        inner.context["margin"] = inner.context["anchor_score"].detach() - lam.index_select(0, row)
+        if self.estimator == "theoretical":
+            inner.context["implicit_threshold"] = implicit.index_select(0, row)  # ∇(this) = ∇λ̂_q
+        return inner
+
+    def estimator_weights(
+        self, objective: FCCOObjective, u: torch.Tensor, inner: InnerBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Practical (eq. (8)): ``ψ(h_i − λ_q) ∇f(u)`` on ``ĝ``; theoretical (eq. (11)) adds the column
+        ``ψ'(h_i − λ_q) f(u)`` on ``h_i − λ̂_q``."""
         ctx = inner.context
-        row, h_i = ctx["row"], ctx["anchor_score"]
-        margin = h_i.detach() - lam.index_select(0, row)
-        psi = objective.selector(margin)
-        weight = (psi * objective.outer_grad(u, ctx)[:, 0]).detach()
-        loss = weight * inner.value[:, 0]
-        if theoretical:
-            f_u = objective.outer(u, ctx).detach()
-            implicit = objective.threshold_score(scores, lower.weights) / s_before  # ∇(this) = ∇λ̂_q
-            loss = loss + (objective.selector_grad(margin) * f_u).detach() * (h_i - implicit.index_select(0, row))
-        with torch.no_grad():
-            estimate = psi * objective.outer(record.current, ctx)
-        return loss.mean(), estimate
+        weights = objective.selector(ctx["margin"]) * objective.outer_grad(u, ctx)[:, 0]
+        if "implicit_threshold" not in ctx:
+            return weights.unsqueeze(1), inner.value[:, :1]
+        implicit_weight = objective.selector_grad(ctx["margin"]) * objective.outer(u, ctx)
+        return (torch.stack([weights, implicit_weight], 1),
+                torch.stack([inner.value[:, 0], ctx["anchor_score"] - ctx["implicit_threshold"]], 1))
+
+    def plug_in_estimate(self, objective: FCCOObjective, u: torch.Tensor, inner: InnerBatch) -> torch.Tensor:
+        """``ψ(h_i − λ_q) f(u_i)``: the pair's share of the top-K objective."""
+        return objective.selector(inner.context["margin"]) * objective.outer(u, inner.context)
 
 
 class SOLC(RankingSOX):
@@ -384,29 +357,32 @@ class SOLC(RankingSOX):
     def configure_state(self) -> None:
         self.state = self.make_state(1, name="log_u")
 
-    def update_state(self, inner: InnerBatch, synced: bool) -> tuple[torch.Tensor, StateUpdate]:
-        """``inner.value`` is ``ln ĝ``; returns (``ln u`` for the gradient, the update record in ``ln u``)."""
+    def inner_estimates(
+        self, objective: FCCOObjective, scores: torch.Tensor, batch: dict[str, torch.Tensor], synced: bool,
+        previous_scores: torch.Tensor | None = None,
+    ) -> InnerBatch:
+        """``ln ĝ`` of every relevant pair (a log-sum-exp: large score gaps never overflow)."""
+        return objective.log_inner(scores, batch)
+
+    def update_state(self, state: IndexedState, inner: InnerBatch, synced: bool) -> StateUpdate:
+        """The moving average in the log domain: ``ln u ← logaddexp(ln(1 − γ0) + ln u, ln γ0 + ln ĝ)`` (first
+        visit: ``ln u ← ln ĝ``)."""
         log_g = inner.value.detach()
-        old = self.state.value.index_select(0, inner.index).to(log_g.dtype)
+        old = state.read(inner.index).to(log_g.dtype)
         gamma = self.ema_weight
         if gamma >= 1.0:
             new = log_g
         else:
             mixed = torch.logaddexp(old + math.log1p(-gamma), log_g + math.log(gamma))
             new = torch.where(torch.isnan(old), log_g, mixed)
-        record = self.state.update(inner.index, new, ema_weight=1.0, synced=synced)
-        return (record.current if self.u_for_gradient == "fresh" else record.previous), record
+        return state.update(inner.index, new, ema_weight=1.0, synced=synced)
 
-    def compositional_loss(
-        self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        scores, batch, synced = self.objective_inputs(scores, batch)
-        inner = self.objective.log_inner(scores, batch)
-        if inner.index.numel() == 0:
-            return scores.sum() * 0.0, None
-        log_u, record = self.update_state(inner, synced)
-        ratio = torch.exp(inner.value[:, 0] - log_u[:, 0].detach().to(inner.value.dtype))  # ĝ(w)/u, value 1 at u = ĝ
-        loss = (inner.context["weight"] * ratio).mean()
-        with torch.no_grad():
-            estimate = self.objective.outer_log(record.current.to(inner.value.dtype), inner.context)
-        return loss, estimate
+    def estimator_weights(
+        self, objective: FCCOObjective, u: torch.Tensor, inner: InnerBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``weight`` on ``ĝ(w)/u = exp(ln ĝ(w) − ln u)`` (value 1 at u = ĝ): its gradient is ``weight/u ∇ĝ``."""
+        ratio = torch.exp(inner.value[:, :1] - u[:, :1].detach().to(inner.value.dtype))
+        return inner.context["weight"].reshape(-1, 1), ratio
+
+    def plug_in_estimate(self, objective: FCCOObjective, u: torch.Tensor, inner: InnerBatch) -> torch.Tensor:
+        return objective.outer_log(u.to(inner.value.dtype), inner.context)

@@ -2,6 +2,10 @@
 partial AUC on an FPR range), exact under DDP (sum/count or cat states), plus :func:`build_metric` to turn a
 logged metric name into a Metric.
 
+Every metric is a :class:`BatchMetric`: it declares the evaluation-batch fields it reads (``y``; ``relevance`` and
+``mask``; ``heldout_items``, ``heldout_relevance`` and ``exclude_items``) and what it logs, and the algorithm
+modules hold each stage's metrics in one :class:`EvaluationMetrics` (see :mod:`fccolit.metrics.base`).
+
 Metric names (case-insensitive; a leading ``"<split>/"`` such as ``"val/"`` is ignored):
 
 ======================  ===============================================  =========
@@ -9,7 +13,7 @@ name                    metric                                           kind
 ======================  ===============================================  =========
 ``ndcg``                ``NDCG(k=None)`` (full list)                     ranking
 ``ndcg@K``              ``NDCG(k=K)``, e.g. ``ndcg@10``                  ranking
-``ap``                  ``AveragePrecision()``                           binary
+``ap``                  ``BinaryAveragePrecision()``                     binary
 ``auroc``               ``AUROC()``                                      binary
 ``pauc_A_B``            ``PartialAUC(A, B, "normalized")``               binary
 ``pauc_A_B_raw``        ``PartialAUC(A, B, "raw")``                      binary
@@ -24,11 +28,10 @@ from __future__ import annotations
 
 import re
 
-import torchmetrics
-
+from fccolit.metrics.base import BatchMetric, EvaluationMetrics
 from fccolit.metrics.classification import (
     AUROC,
-    AveragePrecision,
+    BinaryAveragePrecision,
     MulticlassAccuracy,
     PartialAUC,
     auroc,
@@ -39,11 +42,13 @@ from fccolit.metrics.classification import (
 from fccolit.metrics.ranking import NDCG, FullRankingNDCG, full_ranking_ndcg, ndcg_at_k
 
 __all__ = [
+    "BatchMetric",
+    "EvaluationMetrics",
     "NDCG",
     "FullRankingNDCG",
     "ndcg_at_k",
     "full_ranking_ndcg",
-    "AveragePrecision",
+    "BinaryAveragePrecision",
     "AUROC",
     "PartialAUC",
     "MulticlassAccuracy",
@@ -98,7 +103,7 @@ def _parse(name: str) -> tuple[str, dict]:
     raise ValueError(f"unknown metric name {name!r}; {_ACCEPTED}")
 
 
-def build_metric(name: str, num_classes: int | None = None) -> torchmetrics.Metric:
+def build_metric(name: str, num_classes: int | None = None) -> BatchMetric:
     """A fresh Metric for a logged metric name, e.g. ``"ndcg@10"`` -> ``NDCG(k=10)`` (see the module
     docstring for every pattern). ``num_classes`` sizes ``accuracy``'s per-class states up front (so a process
     that sees no evaluation batch still joins the DDP reduction with states of the right shape). Raises
@@ -107,7 +112,7 @@ def build_metric(name: str, num_classes: int | None = None) -> torchmetrics.Metr
     if family == "ndcg":
         return NDCG(**kwargs)
     if family == "ap":
-        return AveragePrecision()
+        return BinaryAveragePrecision()
     if family == "auroc":
         return AUROC()
     if family == "accuracy":
@@ -118,6 +123,7 @@ def build_metric(name: str, num_classes: int | None = None) -> torchmetrics.Metr
 def metric_kind(name: str) -> str:
     """``"ranking"`` for NDCG names (``update(preds[Q, L], target[Q, L], mask)``), ``"multiclass"`` for accuracy
     (``update(preds[N, C], target[N])``), ``"binary"`` for AP, AUROC and pAUC names (``update(preds[N],
-    target[N])``, or ``[N, T]`` both for T tasks). Raises ValueError on an unknown name."""
+    target[N])``, or ``[N, T]`` both for T tasks). Raises ValueError on an unknown name. (Descriptive only: the
+    algorithm modules feed every metric through :meth:`BatchMetric.update_from_batch`.)"""
     family, _ = _parse(name)
     return {"ndcg": "ranking", "accuracy": "multiclass"}.get(family, "binary")

@@ -25,17 +25,20 @@ The paper's empirical definition (seed 003, eq. (2)) is implemented separately b
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
-import torchmetrics
 from torch import Tensor
 from torchmetrics.utilities import dim_zero_cat
+
+from fccolit.metrics.base import BatchMetric, per_task_names
 
 __all__ = [
     "average_precision",
     "auroc",
     "partial_auc",
     "partial_auc_sorted_negatives",
-    "AveragePrecision",
+    "BinaryAveragePrecision",
     "AUROC",
     "PartialAUC",
     "MulticlassAccuracy",
@@ -284,12 +287,13 @@ def partial_auc_sorted_negatives(preds: Tensor, target: Tensor, fpr_min: float, 
 # ----------------------------------------------------------------------------------------------------------
 # torchmetrics classes
 # ----------------------------------------------------------------------------------------------------------
-class _BinaryCatMetric(torchmetrics.Metric):
+class _BinaryCatMetric(BatchMetric):
     """Keeps every (score, label) pair in ``cat`` states, so the metric is computed once on all samples of
     all processes: the global value under DDP is exact, whatever the shard sizes.
 
     ``update(preds, target)``: ``preds`` ``[N]`` or ``[N, 1]`` raw scores (any monotone scale), ``target`` in
-    {0, 1} as bool, int or float. NaN scores and labels outside {0, 1} raise ValueError at ``update``.
+    {0, 1} as bool, int or float. NaN scores and labels outside {0, 1} raise ValueError at ``update``. From an
+    evaluation batch: ``update(scores, batch["y"])``.
     Memory: two float64/int64 values per sample. Use ``update()`` per batch and ``compute()`` (or log the
     Metric object) at epoch end: calling the metric (``forward``) also computes a per-batch value, which
     raises on a batch that holds one class only.
@@ -299,8 +303,10 @@ class _BinaryCatMetric(torchmetrics.Metric):
     U-Ignore) and is left out of that task. ``compute()`` returns the mean over the tasks of the per-task
     values (the macro average of LibAUC and torchmetrics' ``Multilabel*(average="macro")``) and keeps the
     per-task values in :attr:`per_task` (``[T]``; NaN for a task without both classes, which the mean skips).
+    :meth:`named_values` logs the mean as ``name`` and each task as ``name/<task>``.
     """
 
+    inputs = ("y",)
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
@@ -349,6 +355,14 @@ class _BinaryCatMetric(torchmetrics.Metric):
             raise ValueError(f"{type(self).__name__}: no task has both classes among the samples seen")
         return defined.mean()
 
+    def named_values(self, name: str, labels: Sequence[str] | None = None) -> dict[str, Tensor]:
+        """``{name: value}``; for multi-task data also ``{name/<task>: value of the task}`` (``labels`` name the
+        tasks, else their index)."""
+        values = {name: self.compute()}
+        if self.per_task is not None:
+            values.update(zip(per_task_names(name, len(self.per_task), labels), self.per_task.unbind()))
+        return values
+
 
 def _validate_multitask(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
     """Return ``(preds float64 [N, T], target long [N, T] in {-1, 0, 1})``, or raise ValueError."""
@@ -364,9 +378,10 @@ def _validate_multitask(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
     return preds.to(torch.float64), target.to(torch.long)
 
 
-class AveragePrecision(_BinaryCatMetric):
+class BinaryAveragePrecision(_BinaryCatMetric):
     """Exact average precision over all samples seen (see :func:`average_precision`); macro over tasks for
-    ``[N, T]`` inputs."""
+    ``[N, T]`` inputs. (The training objective of the same quantity is :class:`fccolit.objectives.AveragePrecision`.)
+    """
 
     def _value(self, preds: Tensor, target: Tensor) -> Tensor:
         return average_precision(preds, target)
@@ -402,11 +417,12 @@ class PartialAUC(_BinaryCatMetric):
         return partial_auc(preds, target, self.fpr_min, self.fpr_max, self.normalization)
 
 
-class MulticlassAccuracy(torchmetrics.Metric):
-    """Top-1 accuracy of ``[N, C]`` class scores against class labels ``[N]`` (long in ``[0, C)``), over all
-    samples of all processes (sum states: exact under DDP). ``compute()`` returns the overall accuracy and keeps
-    each class's accuracy (its recall: correct / samples of that class; NaN for a class never seen) in
-    :attr:`per_task` ``[C]``, which the algorithm modules log as ``{stage}/accuracy/<class>`` (e.g. the target
+class MulticlassAccuracy(BatchMetric):
+    """Top-1 accuracy of ``[N, C]`` class scores against class labels ``[N]`` (or ``[N, 1]``; long in ``[0, C)``),
+    over all samples of all processes (sum states: exact under DDP). From an evaluation batch: ``update(scores,
+    batch["y"])``. ``compute()`` returns the overall accuracy and keeps each class's accuracy (its recall: correct /
+    samples of that class; NaN for a class never seen) in :attr:`per_task` ``[C]``; :meth:`named_values` returns
+    both, which the algorithm modules log as ``{stage}/accuracy`` and ``{stage}/accuracy/<class>`` (e.g. the target
     class of the continual-learning task, whose change is seed 004's "target ΔACC").
 
     Args:
@@ -414,6 +430,7 @@ class MulticlassAccuracy(torchmetrics.Metric):
             takes it from the first batch — then every process must see an evaluation batch before the DDP reduction.
     """
 
+    inputs = ("y",)
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
@@ -426,6 +443,8 @@ class MulticlassAccuracy(torchmetrics.Metric):
         self.per_task: Tensor | None = None
 
     def update(self, preds: Tensor, target: Tensor) -> None:  # type: ignore[override]
+        if target.ndim == 2 and target.shape[1] == 1:
+            target = target[:, 0]
         if preds.ndim != 2 or target.ndim != 1 or target.shape[0] != preds.shape[0]:
             raise ValueError(f"accuracy takes scores [N, C] and class labels [N], got {tuple(preds.shape)} and {tuple(target.shape)}")
         num_classes = preds.shape[1]
@@ -438,11 +457,19 @@ class MulticlassAccuracy(torchmetrics.Metric):
         if bool(((target < 0) | (target >= num_classes)).any()):
             raise ValueError(f"accuracy: class labels must be in [0, {num_classes}), got e.g. {target[(target < 0) | (target >= num_classes)][0].item()}")
         hit = (preds.argmax(1) == target).to(torch.float64)
-        self.correct.index_add_(0, target, hit)
-        self.total.index_add_(0, target, torch.ones_like(hit))
+        # out of place: states reset inside trainer.validate (inference mode) must not be updated in place later
+        self.correct = self.correct.index_add(0, target, hit)
+        self.total = self.total.index_add(0, target, torch.ones_like(hit))
 
     def compute(self) -> Tensor:
         if float(self.total.sum()) == 0:
             raise ValueError("accuracy is undefined without samples")
         self.per_task = self.correct / self.total  # NaN for a class never seen
         return self.correct.sum() / self.total.sum()
+
+    def named_values(self, name: str, labels: Sequence[str] | None = None) -> dict[str, Tensor]:
+        """``{name: overall accuracy}`` and ``{name/<class>: the class's accuracy}`` (``labels`` name the classes,
+        else their index)."""
+        values = {name: self.compute()}
+        values.update(zip(per_task_names(name, len(self.per_task), labels), self.per_task.unbind()))
+        return values

@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torchmetrics
 from torch import Tensor
+
+from fccolit.metrics.base import BatchMetric
 
 __all__ = [
     "ndcg_at_k",
@@ -220,7 +221,7 @@ def ndcg_at_k(
     return _apply_empty(value, idcg, empty)
 
 
-class NDCG(torchmetrics.Metric):
+class NDCG(BatchMetric):
     """Mean per-query NDCG@k over all queries seen, exact under DDP.
 
     States: ``total`` (sum of per-query NDCG) and ``count`` (number of counted queries), both reduced with
@@ -231,9 +232,12 @@ class NDCG(torchmetrics.Metric):
     Args:
         k, gain, empty, ties: see :func:`ndcg_at_k`.
 
-    ``update(preds, target, mask=None)`` takes ``[Q, L]`` tensors as in :func:`ndcg_at_k`.
+    ``update(preds, target, mask=None)`` takes ``[Q, L]`` tensors as in :func:`ndcg_at_k`; from an evaluation
+    batch, ``update(scores, batch["relevance"], batch.get("mask"))``.
     """
 
+    inputs = ("relevance",)
+    optional_inputs = ("mask",)
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
@@ -463,22 +467,27 @@ def full_ranking_ndcg(
     return _apply_empty(values[0], ideals[0], empty)
 
 
-class FullRankingNDCG(torchmetrics.Metric):
+class FullRankingNDCG(BatchMetric):
     """Mean per-user full-ranking NDCG@k for several cut-offs at once, exact under DDP.
 
     Call ``update(scores, heldout_items, heldout_relevance, exclude_items=None)`` once per chunk of users
     (``scores`` is ``[U_chunk, I]``: all items for the users of the chunk; see :func:`full_ranking_ndcg`);
-    one ``topk`` with the largest cut-off serves every ``k``. States: ``total`` (``[len(ks)]`` sums of
-    per-user NDCG) and ``count`` (number of counted users), both summed across processes.
-    ``compute()`` returns ``{k: value}``; with no counted user every value is NaN.
+    one ``topk`` with the largest cut-off serves every ``k``. From an evaluation batch: ``update(scores,
+    batch["heldout_items"], batch["heldout_relevance"], batch.get("exclude_items"))``. States: ``total``
+    (``[len(ks)]`` sums of per-user NDCG) and ``count`` (number of counted users), both summed across processes.
+    ``compute()`` returns ``{k: value}``; with no counted user every value is NaN. :meth:`named_values` returns
+    ``{names[i]: value of ks[i]}``.
 
     Args:
         ks: cut-offs, e.g. ``(10, 20, 50)``.
         gain: ``"exp2"`` or ``"linear"``.
         empty: users without held-out relevance count as 0 (``"zero"``, default), 1 (``"one"``) or are not
             counted (``"skip"``).
+        names: the logged name of each cut-off (default ``"ndcg@k"``).
     """
 
+    inputs = ("heldout_items", "heldout_relevance")
+    optional_inputs = ("exclude_items",)
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
@@ -486,7 +495,14 @@ class FullRankingNDCG(torchmetrics.Metric):
     total: Tensor
     count: Tensor
 
-    def __init__(self, ks: Sequence[int] = (10,), gain: str = "exp2", empty: str = "zero", **kwargs) -> None:
+    def __init__(
+        self,
+        ks: Sequence[int] = (10,),
+        gain: str = "exp2",
+        empty: str = "zero",
+        names: Sequence[str] | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         if isinstance(ks, int):
             ks = (ks,)
@@ -497,7 +513,11 @@ class FullRankingNDCG(torchmetrics.Metric):
             _check_k(k)
         _check_choice("gain", gain, _GAINS)
         _check_choice("empty", empty, _EMPTY)
+        names = tuple(f"ndcg@{k}" for k in ks) if names is None else tuple(names)
+        if len(names) != len(ks):
+            raise ValueError(f"names must give one logged name per cut-off ({len(ks)}), got {len(names)}")
         self.ks = ks
+        self.names = names
         self.gain = gain
         self.empty = empty
         self.add_state("total", default=torch.zeros(len(ks), dtype=torch.float64), dist_reduce_fx="sum")
@@ -544,3 +564,8 @@ class FullRankingNDCG(torchmetrics.Metric):
             nan = torch.tensor(float("nan"), dtype=torch.float64, device=self.total.device)
             return {k: nan.clone() for k in self.ks}
         return {k: self.total[i] / self.count for i, k in enumerate(self.ks)}
+
+    def named_values(self, name: str, labels: Sequence[str] | None = None) -> dict[str, Tensor]:
+        """``{names[i]: NDCG@ks[i]}``: each cut-off under its own logged name (``name`` is not used)."""
+        values = self.compute()
+        return {logged: values[k] for logged, k in zip(self.names, self.ks)}
