@@ -90,8 +90,8 @@ def measure(contrast: int, steps: int, seed: int, data: dict[str, torch.Tensor])
     modules = {"tracked γ = 0.8": sonex(0.8), "tracked γ = 0.1": sonex(0.1)}
     objective = modules["tracked γ = 0.8"].objective
     params = list(model.parameters())
-    whole = objective.direct_inner(model(data["x"]), data)  # every anchor against all 1000 others: exact g_{0,a}
-    exact = flat_grad(objective.direct_outer(whole.value, {}).mean(), params)
+    whole = objective.contrastive.inner(model(data["x"]), data)  # every anchor against all 1000 others: exact g_{0,a}
+    exact = flat_grad(objective.contrastive.outer(whole.value, {}).mean(), params)
     oracle = torch.full((data["y"].numel(), 2), float("nan"), dtype=torch.float64)
     oracle[whole.index] = whole.value.detach()
 
@@ -109,9 +109,9 @@ def measure(contrast: int, steps: int, seed: int, data: dict[str, torch.Tensor])
         values = {name: module.direct_estimate(scores, batch, None, synced=False)[0] for name, module in modules.items()}
         if step < burn_in:
             continue
-        inner = objective.direct_inner(scores, batch)
+        inner = objective.contrastive.inner(scores, batch)
         values["plug-in"] = objective.direct(scores, batch)
-        values["oracle u = g"] = (objective.direct_outer_grad(oracle[inner.index], {}) * inner.value).sum(-1).mean()
+        values["oracle u = g"] = (objective.contrastive.outer_grad(oracle[inner.index], {}) * inner.value).sum(-1).mean()
         block = (step - burn_in) * blocks // steps
         for name in ESTIMATORS:
             block_sums[name][block] += flat_grad(values[name], params)

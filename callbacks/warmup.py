@@ -23,11 +23,11 @@ exactly; checkpoints written after the switch resume in the target phase.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.cli import instantiate_class
 from torch import nn
 
 from fccolit import distributed
@@ -36,18 +36,11 @@ from fccolit.state import IndexedState
 __all__ = ["WarmUp", "reset_last_layer", "last_layer"]
 
 
-def _import(path: str) -> Any:
-    module, _, name = path.rpartition(".")
-    if not module:
-        raise ValueError(f"expected a dotted class path such as 'fccolit.algorithms.song.SOLC', got {path!r}")
-    return getattr(importlib.import_module(module), name)
-
-
 def _instantiate(value: Any) -> Any:
     """YAML-style ``{"class_path": ..., "init_args": {...}}`` dicts become objects (recursively)."""
     if isinstance(value, dict) and "class_path" in value:
         args = {k: _instantiate(v) for k, v in (value.get("init_args") or {}).items()}
-        return _import(value["class_path"])(**args)
+        return instantiate_class((), {"class_path": value["class_path"], "init_args": args})
     return value
 
 
@@ -89,7 +82,7 @@ class WarmUp(Callback):
         epochs: length of the warm-up phase (seed 000: 20 epochs for recommendation; "100 epochs" for learning to
             rank, ambiguous in the paper).
         algorithm: class path of the warm-up algorithm, an :class:`~fccolit.algorithms.base.FCCOModule` whose
-            ``compositional_loss`` is used (default SOLC).
+            FCCO step is taken (:meth:`~fccolit.algorithms.base.FCCOModule.delegate_step`; default SOLC).
         algorithm_args: its constructor arguments besides ``model`` and ``data_sizes`` (which are the module's);
             nested ``{"class_path", "init_args"}`` dicts are instantiated (e.g. another objective). Default: the
             algorithm's defaults (SOLC: γ0 = 0.1, fresh u) with the module's ``state_dtype``.
@@ -130,18 +123,20 @@ class WarmUp(Callback):
         self._original_hparams: list[dict[str, Any]] | None = None  # per param group, before the overrides
         self._stashed_schedulers: list | None = None
         self._pending_state: dict[str, torch.Tensor] | None = None
-        self._delegating = False
 
     # ------------------------------------------------------------------ building the warm-up algorithm
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit" or self.switched or self.algorithm is not None:
             return
-        if not hasattr(pl_module, "compositional_loss"):
-            raise TypeError(f"WarmUp delegates compositional_loss, which {type(pl_module).__name__} does not have")
-        cls = _import(self.algorithm_path)
+        if not hasattr(pl_module, "delegate_step"):
+            raise TypeError(f"WarmUp delegates the training step (delegate_step), which {type(pl_module).__name__} "
+                            "does not have: use an FCCOModule")
+        if "." not in self.algorithm_path:
+            raise ValueError(f"expected a dotted class path such as 'fccolit.algorithms.song.SOLC', got {self.algorithm_path!r}")
         args = {k: _instantiate(v) for k, v in self.algorithm_args.items()}
         args.setdefault("state_dtype", str(getattr(pl_module, "state_dtype", torch.float32)).replace("torch.", ""))
-        self.algorithm = cls(model=pl_module.model, data_sizes=getattr(pl_module, "data_sizes", None), **args)
+        args.update(model=pl_module.model, data_sizes=getattr(pl_module, "data_sizes", None))
+        self.algorithm = instantiate_class((), {"class_path": self.algorithm_path, "init_args": args})
         if self._pending_state is not None:
             self._load_algorithm_state(self._pending_state)
 
@@ -173,17 +168,7 @@ class WarmUp(Callback):
         if self.algorithm is None:
             self.setup(trainer, pl_module, "fit")
         self.algorithm.to(pl_module.device)
-        if not self._delegating:
-            algorithm = self.algorithm
-
-            def warmup_loss(scores: torch.Tensor, batch: dict[str, torch.Tensor]):
-                loss, estimate = algorithm.compositional_loss(scores, batch)
-                if estimate is not None and getattr(pl_module, "_write_logs", True):  # as train/objective
-                    pl_module.log("warmup/objective", estimate.mean(), on_step=True, on_epoch=False, prog_bar=True)
-                return loss, None  # the module logs train/objective for its own objective only
-
-            pl_module.compositional_loss = warmup_loss  # an instance attribute shadows the method
-            self._delegating = True
+        pl_module.delegate_step(self.algorithm)  # warmup/objective is logged; train/objective stays the target's
         if self.pause_schedulers and trainer.strategy.lr_scheduler_configs:
             self._stashed_schedulers = list(trainer.strategy.lr_scheduler_configs)
             trainer.strategy.lr_scheduler_configs = []
@@ -199,8 +184,7 @@ class WarmUp(Callback):
                     g[k] = v
 
     def _switch(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        pl_module.__dict__.pop("compositional_loss", None)
-        self._delegating = False
+        pl_module.delegate_step(None)
         self.algorithm = None
         self.switched = True
         if self.reinit_last_layer:
@@ -224,8 +208,7 @@ class WarmUp(Callback):
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """A fit that ends inside the warm-up leaves the module with its own step (and schedulers)."""
-        pl_module.__dict__.pop("compositional_loss", None)
-        self._delegating = False
+        pl_module.delegate_step(None)
         if self._stashed_schedulers is not None:
             trainer.strategy.lr_scheduler_configs = self._stashed_schedulers
             self._stashed_schedulers = None

@@ -1,14 +1,10 @@
-"""A new algorithm: subclass the base module and write its state rule.
+"""A new algorithm: subclass the base module and override the hooks where your paper differs.
 
-:class:`~fccolit.algorithms.base.FCCOModule` does everything an FCCO algorithm shares (manual optimization, the
-surrogate loss ``mean_i stop_grad(∇f_i(u_i)) · ĝ_i(w)`` whose gradient is the estimator, clipping, schedulers,
-metrics, the per-index state ``self.state`` sized from the data, DDP synchronization, checkpoints). An algorithm
-only says how the state row u_i of each outer index in the batch is updated and which u enters ∇f_i:
-``update_state``.
-
-Here: *damped plug-in*, u_i ← max(ĝ_i, u_floor). With γ = 1 the state is just this step's estimate (BSGD's
-plug-in, no memory), and the floor keeps f(u) = log u or 1/u finite when a batch estimates g_i ≈ 0. When the
-batch holds the whole inner set, ĝ_i = g_i and the estimator is exactly ∇F — checked in float64 below.
+:class:`~fccolit.algorithms.base.FCCOModule` takes the FCCO step (``compositional_loss``: the loss
+``mean_i stop_grad(∇f_i(u_i)) · ĝ_i(w)`` whose gradient is the estimator, previous or fresh u, the DDP empty-batch
+rule) and everything around it: the per-index state sized from the data, optimizers, metrics, checkpoints, DDP.
+Here only the state rule differs: u_i ← max(ĝ_i, u_floor), the plug-in with a floor that keeps f(u) = log u or 1/u
+finite. With the whole inner set in the batch the estimator is exactly ∇F — checked in float64 below.
 
     python examples/new_algorithm.py        # the exactness check, then a short training run
 """
@@ -22,28 +18,26 @@ from fccolit.algorithms.base import FCCOModule
 from fccolit.datamodules import SyntheticBinaryDataModule
 from fccolit.models import MLP
 from fccolit.objectives import AveragePrecision, InnerBatch
-from fccolit.state import StateUpdate
+from fccolit.state import IndexedState, StateUpdate
 
 
 class FlooredPlugIn(FCCOModule):
-    """u_i = max(ĝ_i(w), u_floor): the plug-in estimator with a floor (no memory across steps).
+    """u_i = max(ĝ_i(w), u_floor), no memory across steps.
 
     Args:
-        model, objective: the backbone and the problem (any :class:`~fccolit.objectives.FCCOObjective`).
         floor: u_floor, the smallest value a state component may take.
-        (the rest): see :class:`~fccolit.algorithms.base.FCCOModule` (optimizer, scheduler, metrics, ...).
+        (the rest): see :class:`~fccolit.algorithms.base.FCCOModule` (model, objective, optimizer, ...).
     """
 
+    u_for_gradient = "fresh"  # ∇f_i at the u written this step
+
     def __init__(self, model: torch.nn.Module, objective, floor: float = 1e-6, **kwargs) -> None:
-        self.floor = floor  # set before super().__init__, which builds the state (configure_state)
+        self.floor = floor
         super().__init__(model, objective, **kwargs)
 
-    def update_state(self, inner: InnerBatch, synced: bool) -> tuple[torch.Tensor, StateUpdate]:
-        """``inner.value`` ``[B1, d']`` → (u for ∇f ``[B1, d']``, the update record). ema_weight = 1 overwrites the rows
-        (the state still records them: checkpoints, histograms and DDP synchronization come for free)."""
-        estimate = inner.value.detach().clamp_min(self.floor)
-        record = self.state.update(inner.index, estimate, ema_weight=1.0, synced=synced)
-        return record.current, record
+    def update_state(self, state: IndexedState, inner: InnerBatch, synced: bool) -> StateUpdate:
+        """Overwrite the batch's rows ``[B1, d']`` with the floored estimate (γ = 1)."""
+        return state.update(inner.index, inner.value.clamp_min(self.floor), ema_weight=1.0, synced=synced)
 
 
 def estimator_equals_autograd() -> float:

@@ -341,10 +341,3 @@ class IndexedState(nn.Module):
             current=new.index_select(0, positions),
             first_visit=unvisited[:, 0].index_select(0, positions),
         )
-
-    @torch.no_grad()
-    def materialize_(self) -> None:
-        """Apply every pending lazy decay in place (the table then holds the eager values)."""
-        if self.decay_unsampled:
-            self.value.copy_(self.values())
-            self.log_decay_mark.fill_(0.0).add_(self.log_decay_total)

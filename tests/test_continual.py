@@ -119,12 +119,12 @@ def test_constraints_and_contrastive_objective_equal_a_direct_computation(clip_d
         means.append([to_texts / positive, to_images / positive])
     direct = objective.direct(scores, batch)
     assert math.isclose(float(direct), total / len(anchors), rel_tol=1e-10)
-    tracked = objective.direct_inner(scores, batch)  # the inner means SONEX tracks, one row per target image
+    tracked = objective.contrastive.inner(scores, batch)  # the inner means SONEX tracks, one row per target image
     assert tracked.index.tolist() == [100 + i for i in anchors]
     torch.testing.assert_close(tracked.value.detach(), torch.tensor(means, dtype=torch.float64), rtol=1e-10, atol=0)
-    assert objective.direct_num_rows({"num_samples": 30}) == 30
+    assert objective.contrastive.num_rows({"num_samples": 30}) == 30
     with pytest.raises(ValueError, match="'index'"):
-        objective.direct_inner(scores, {"x": x, "y": labels})
+        objective.contrastive.inner(scores, {"x": x, "y": labels})
     # with all of the data in the batch (n = the batch's contrast samples), the loss is the paper's sum form
     whole = ContinualLearning(target=FOGGY, num_contrast=len(others)).double()
     whole.bind_sizes({"num_classes": 6})
@@ -171,7 +171,7 @@ def test_at_the_start_every_constraint_is_exactly_on_its_bound(clip_dir, bdd_roo
     assert sorted(set(batch["y"].tolist())) == list(range(6))  # class-balanced: every class in every batch
     module.compositional_loss(module(batch), batch)
     assert torch.equal(module.state.values(), torch.zeros(5, 1, dtype=torch.float64))
-    assert torch.equal(module.constraint_weights(), torch.zeros(5, dtype=torch.float64))
+    assert torch.equal(module.penalty_weights(), torch.zeros(5, dtype=torch.float64))
     # with a slack ε the bound is −ε
     slack = ContinualLearning(target=FOGGY, slack=0.25).double()
     slack.bind_sizes(dm.sizes)
@@ -211,7 +211,7 @@ def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
 
     w0 = copy.deepcopy(module.model)
     module.compositional_loss(module(b1), b1)
-    first = objective.direct_inner(w0(b1["x"]), b1)
+    first = objective.contrastive.inner(w0(b1["x"]), b1)
     torch.testing.assert_close(module.direct_state.values()[[3, 7]], first.value.detach(), rtol=1e-12, atol=0)
     untouched = torch.ones(20, dtype=torch.bool)
     untouched[[3, 7]] = False
@@ -220,8 +220,8 @@ def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
     perturb(module.model, seed=2)  # w1 (as an optimizer step would)
     scores = module(b2)
     loss, estimate = module.compositional_loss(scores, b2)
-    now = objective.direct_inner(module.model(b2["x"]), b2).value.detach()  # rows 3, 11 at w1
-    before = objective.direct_inner(w0(b2["x"]), b2).value.detach()  # the same batch at w0 = w_{t−1}
+    now = objective.contrastive.inner(module.model(b2["x"]), b2).value.detach()  # rows 3, 11 at w1
+    before = objective.contrastive.inner(w0(b2["x"]), b2).value.detach()  # the same batch at w0 = w_{t−1}
     expected = torch.stack([
         (1 - gamma) * first.value.detach()[0] + gamma * now[0] + gamma_prime * (now[0] - before[0]),
         now[1],  # first visit: u := ĝ
@@ -231,7 +231,7 @@ def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
     assert not torch.allclose(u[0], now[0])  # the MSVR average differs from the fresh value
 
     # the estimator: mean_a ⟨τn/(1 + nu_a), ∇ĝ_{0,a}⟩ plus the constraints' part; the logged value adds mean_a f_0(u_a)
-    g = objective.direct_inner(scores, b2).value
+    g = objective.contrastive.inner(scores, b2).value
     reference = (TAU * 16 / (1 + 16 * expected) * g).sum(-1).mean() + _constraint_term(module, scores, b2)
     params = [p for _, p in module.trainable()]
     compared = 0
@@ -248,7 +248,7 @@ def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
     # a batch of target images only estimates no contrastive mean: u_0 keeps its rows (and u_0 lives on u ≥ 0)
     kept = module.direct_state.values().clone()
     only_targets = _contrastive_batch(3, [5, 5, 5], [3, 11, 15])
-    assert objective.direct_inner(module(only_targets), only_targets).index.numel() == 0
+    assert objective.contrastive.inner(module(only_targets), only_targets).index.numel() == 0
     module.compositional_loss(module(only_targets), only_targets)
     torch.testing.assert_close(module.direct_state.values(), kept, rtol=0, atol=0, equal_nan=True)
     assert module.direct_state.lower.tolist() == [0.0, 0.0] and module.direct_state.has_bounds

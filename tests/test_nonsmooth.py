@@ -417,7 +417,7 @@ def test_multipliers_estimate_the_kkt_multiplier():
     module = toy_module(SONEX, "hinge", rho, ema_weight=1.0, correction_weight=0.0, lam=lam)
     run_toy(module, 1500, 0.019)
     # ν = (1/m) ∇f_λ(g(w_λ)) = w_1/λ = 1/(1+λ) → ν* = 1
-    assert float(module.constraint_weights()[0]) == pytest.approx(1 / (1 + lam), abs=1e-9)
+    assert float(module.penalty_weights()[0]) == pytest.approx(1 / (1 + lam), abs=1e-9)
 
 
 # ---------------------------------------------------------------------- ALEXR2

@@ -479,7 +479,7 @@ class Probe(Callback):
         opt = trainer.optimizers[0]
         return {
             "epoch": trainer.current_epoch,
-            "delegated": "compositional_loss" in pl_module.__dict__,
+            "delegated": pl_module.step_delegate is not None,
             "warmup_visited": None if self.warmup.algorithm is None else int(self.warmup.algorithm.state.visited().sum()),
             "state_visited": int(pl_module.state.visited().sum()),
             "optimizer": id(opt),

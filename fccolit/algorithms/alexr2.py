@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from fccolit.algorithms.sonex import NonsmoothFCCOModule, select_rows
+from fccolit.algorithms.sonex import NonsmoothFCCOModule, ParameterSnapshot
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.state import StateUpdate
 
@@ -194,23 +194,23 @@ class ALEXR2(NonsmoothFCCOModule):
 
         return part(slice(0, half)), part(slice(half, n))
 
+    def previous_iterate(self) -> ParameterSnapshot | None:
+        """z_{k−1} for the MSVR correction (none at k = 0, where z_{−1} = z_0, or without extrapolation)."""
+        return self.inner_previous if self.extrapolation != 0.0 and int(self.inner_step) > 0 else None
+
+    @property
+    def correction_weight(self) -> float:
+        """γ̂θ, the MSVR correction's weight (follows a scheduled γ̂)."""
+        return self.ema_weight * self.extrapolation
+
     def dual_update(self, batch: dict[str, torch.Tensor]) -> tuple[InnerBatch, StateUpdate]:
         """The dual step on the value batch B, in MSVR form: ``u_i ← (1 − γ̂)u_i + γ̂ ĝ_i(z_k) + γ̂θ(ĝ_i(z_k) −
         ĝ_i(z_{k−1}))`` for the rows i ∈ B_1 of the batch (``y_i = ∇f_λ(u_i)``). Returns the rows and the update."""
         with torch.no_grad():
-            scores = self(batch)
-            scores, obj_batch, synced = self.objective_inputs(scores, batch)
-            values = self.objective.inner(scores, obj_batch)
-            correction = None
-            if self.extrapolation != 0.0 and int(self.inner_step) > 0:  # z_{−1} = z_0: no correction at k = 0
-                previous_scores = self.scores_at(self.inner_previous, batch, synced)
-                correction = self.inner_at(self.inner_previous, previous_scores, obj_batch).value
-        values, correction = self.sample_constraints(values, correction)
-        record = self.state.update(
-            values.index, values.value, ema_weight=self.ema_weight, correction=correction,
-            correction_weight=self.ema_weight * self.extrapolation, synced=synced,
-        )
-        return values, record
+            scores, obj_batch, synced = self.objective_inputs(self(batch), batch)
+            previous = self.scores_at_previous(batch, synced)
+            values = self.inner_estimates(self.objective, scores, obj_batch, synced, previous)
+        return values, self.update_state(self.state, values, synced)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         inner_opt, outer_opt = self.optimizers()
@@ -222,13 +222,17 @@ class ALEXR2(NonsmoothFCCOModule):
         values, record = self.dual_update(value_batch)
 
         # primal gradient on the independent batch B̃, with the fresh duals y_i = ∇f_λ(u_i), i ∈ B_1
-        scores = self(grad_batch)
-        scores, obj_batch, synced = self.objective_inputs(scores, grad_batch)
+        scores, obj_batch, synced = self.objective_inputs(self(grad_batch), grad_batch)
         grads = self.objective.inner(scores, obj_batch)
-        grads = select_rows(grads, torch.isin(grads.index, values.index).nonzero().flatten())
-        u = self.state.value.index_select(0, grads.index)
-        direct = self.direct_term(scores, obj_batch)
-        loss = self.surrogate(self.outer_weight(u, grads.context), grads, direct, scores, synced=synced)
+        grads = grads.select(torch.isin(grads.index, values.index).nonzero().flatten())
+        terms = estimate = None
+        if grads.index.numel() > 0:
+            terms = self.surrogate_terms(*self.estimator_weights(self.objective, self.state.read(grads.index), grads))
+        if values.index.numel() > 0:
+            with torch.no_grad():
+                estimate = self.plug_in_estimate(self.objective, record.current, values)
+        direct = self.direct_term(scores, obj_batch, synced, None)
+        loss, estimate = self.assemble_loss(scores, terms, estimate, direct, synced)
 
         inner_opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
@@ -243,7 +247,7 @@ class ALEXR2(NonsmoothFCCOModule):
         self.steps_done += 1
         if int(self.inner_step) >= self.inner_steps:
             self.outer_step(outer_opt.optimizer, params)
-        self.log_objective_estimate(self.objective_estimate(record.current, values, direct))
+        self.log_objective_estimate(estimate)
 
     @torch.no_grad()
     def outer_step(self, optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> None:

@@ -27,7 +27,6 @@ from fccolit import distributed
 from fccolit.algorithms.base import FCCOModule
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.nonsmooth import CompositeObjective
-from fccolit.state import IndexedState
 
 __all__ = [
     "ParameterSnapshot", "NonsmoothFCCOModule", "SONEX", "SONX", "PenaltySOX", "theoretical_correction_weight",
@@ -47,15 +46,6 @@ def theoretical_correction_weight(ema_weight: float, num_rows: int, rows_per_ste
     if not 0.0 < ema_weight < 1.0:
         raise ValueError(f"γ must be in (0, 1) for the theoretical γ', got {ema_weight}")
     return 1.0 - ema_weight + (num_rows - rows_per_step) / (rows_per_step * (1.0 - ema_weight))
-
-
-def select_rows(inner: InnerBatch, keep: torch.Tensor) -> InnerBatch:
-    """The rows ``keep`` (positions) of ``inner``, with their context."""
-    return InnerBatch(
-        index=inner.index.index_select(0, keep),
-        value=inner.value.index_select(0, keep),
-        context={k: v.index_select(0, keep) for k, v in inner.context.items()},
-    )
 
 
 def _buffer_name(name: str) -> str:
@@ -193,11 +183,36 @@ class NonsmoothFCCOModule(FCCOModule):
                 )
             return functional_call(self.objective, objective_params, (scores, obj_batch), strict=False)
 
-    # ------------------------------------------------------------------ the pieces of the estimator
-    def direct_term(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        """The mini-batch estimate of ``g_0`` (None when the objective has no direct term)."""
-        direct = getattr(self.objective, "direct", None)
-        return None if direct is None else direct(scores, batch)
+    # ------------------------------------------------------------------ hooks of the FCCO step
+    def previous_iterate(self) -> ParameterSnapshot | None:
+        """The parameters whose inner values form the MSVR correction (SONEX: w_{t−1}; ALEXR2: z_{k−1}), or None
+        when this step has no correction."""
+        return None
+
+    def scores_at_previous(self, batch: dict[str, torch.Tensor], synced: bool) -> torch.Tensor | None:
+        snapshot = self.previous_iterate()
+        return None if snapshot is None else self.scores_at(snapshot, batch, synced)
+
+    def inner_estimates(
+        self, objective: FCCOObjective, scores: torch.Tensor, batch: dict[str, torch.Tensor], synced: bool,
+        previous_scores: torch.Tensor | None = None,
+    ) -> InnerBatch:
+        """``ĝ_i(w_t)`` with the MSVR correction ``ĝ_i(w_{t−1})`` of the same batch (when ``previous_scores``) and,
+        for the module's objective, this step's sample of the outer indices (:meth:`sample_constraints`)."""
+        inner = objective.inner(scores, batch)
+        if previous_scores is not None:
+            if objective is self.objective:
+                previous = self.inner_at(self.previous_iterate(), previous_scores, batch)
+            else:
+                with torch.no_grad():
+                    previous = objective.inner(previous_scores, batch)
+            if not torch.equal(previous.index, inner.index):
+                raise RuntimeError(
+                    f"{type(objective).__name__}.inner returned other outer indices at the previous parameters: "
+                    "the MSVR correction needs the same rows for the same batch"
+                )
+            inner.correction = previous.value
+        return self.sample_constraints(inner) if objective is self.objective else inner
 
     def outer_weight(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
         """``∇f_λ(u)`` (λ > 0) or ``∇f(u)`` (λ = 0), detached: the weight of ``ĝ_i`` in the surrogate loss."""
@@ -207,20 +222,33 @@ class NonsmoothFCCOModule(FCCOModule):
             weight = self.objective.outer_grad(u, context)
         return weight.detach()
 
-    def sample_constraints(
-        self, inner: InnerBatch, *aligned: torch.Tensor | None
-    ) -> tuple[InnerBatch, ...]:
+    def estimator_weights(
+        self, objective: FCCOObjective, u: torch.Tensor, inner: InnerBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The module's objective: ``∇f_λ`` (:meth:`outer_weight`); a tracked direct term's f_0 is not smoothed."""
+        if objective is self.objective:
+            return self.outer_weight(u, inner.context), inner.value
+        return super().estimator_weights(objective, u, inner)
+
+    def direct_term(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor], synced: bool, previous_scores: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The mini-batch estimate ``ĝ_0`` of the objective's direct term and its value (None: no direct term)."""
+        direct = getattr(self.objective, "direct", None)
+        value = None if direct is None else direct(scores, batch)
+        return value, None if value is None else value.detach()
+
+    def sample_constraints(self, inner: InnerBatch) -> InnerBatch:
         """Keep the rows whose index is in this step's random subset of ``constraints_per_step`` outer indices.
 
         The subset is drawn from the step count and ``sample_seed`` only, so it is the same on every rank and on
-        resume. ``aligned`` tensors (e.g. the MSVR correction) are filtered with the same rows.
+        resume. The MSVR correction is filtered with the same rows.
         """
         if self.constraints_per_step is None or self.constraints_per_step >= self.state.num_rows:
-            return (inner, *aligned)
+            return inner
         gen = torch.Generator().manual_seed(self.sample_seed * 1_000_003 + int(self.steps_done))
         chosen = torch.randperm(self.state.num_rows, generator=gen)[: self.constraints_per_step]
-        keep = torch.isin(inner.index, chosen.to(inner.index.device)).nonzero().flatten()
-        return (select_rows(inner, keep), *[None if t is None else t.index_select(0, keep) for t in aligned])
+        return inner.select(torch.isin(inner.index, chosen.to(inner.index.device)).nonzero().flatten())
 
     def rows_due(self) -> int:
         """The m of ``outer_normalization="fixed"``: the outer indices due every step (``constraints_per_step``
@@ -229,32 +257,16 @@ class NonsmoothFCCOModule(FCCOModule):
             return self.constraints_per_step
         return self.state.num_rows
 
-    def surrogate(
-        self, weight: torch.Tensor | None, inner: InnerBatch, direct: torch.Tensor | None, scores: torch.Tensor,
-        synced: bool = True,
-    ) -> torch.Tensor:
-        """``ĝ_0 + mean_i ⟨weight_i, ĝ_i⟩`` (``outer_normalization="present"``) or ``ĝ_0 + (1/m) Σ_i ⟨weight_i,
-        ĝ_i⟩`` (``"fixed"``): its gradient is the algorithm's estimator (its value means nothing). ``synced``: the
-        rows are the global batch's (the same on every rank), else this rank's own."""
-        loss = scores.sum() * 0.0 if direct is None else direct
-        if weight is not None and inner.index.numel() > 0:
-            terms = (weight.to(inner.value.dtype) * inner.value).sum(-1)
-            if self.outer_normalization == "fixed":
-                ranks = 1 if synced else distributed.world_size()
-                loss = loss + terms.sum() * (ranks / self.rows_due())
-            else:
-                loss = loss + terms.mean()
-        return loss
+    def reduce_rows(self, terms: torch.Tensor, synced: bool) -> torch.Tensor:
+        """``mean_i`` of the rows' terms (``outer_normalization="present"``) or ``(1/m) Σ_i`` (``"fixed"``).
+        ``synced``: the rows are the global batch's (the same on every rank), else this rank's own."""
+        if self.outer_normalization == "fixed":
+            ranks = 1 if synced else distributed.world_size()
+            return terms.sum() * (ranks / self.rows_due())
+        return terms.mean()
 
-    def objective_estimate(
-        self, u: torch.Tensor, inner: InnerBatch, direct: torch.Tensor | None
-    ) -> torch.Tensor | None:
-        """Per-row plug-in estimate ``ĝ_0 + f(u_i)`` of F (the unsmoothed f), for ``train/objective``."""
-        if inner.index.numel() == 0:
-            return None
-        with torch.no_grad():
-            estimate = self.objective.outer(u, inner.context)
-            return estimate if direct is None else estimate + direct.detach()
+    def on_estimate_end(self) -> None:
+        self.steps_done += 1
 
     def penalty_weights(self) -> torch.Tensor | None:
         """Per state row ``(1/m) ∂p_λ(h_i(u_i))``, read from the **tracked** inner values ``u_i`` (the duals
@@ -266,12 +278,7 @@ class NonsmoothFCCOModule(FCCOModule):
         estimates. NaN for rows never visited. None without a prox."""
         if not isinstance(self.objective, CompositeObjective):
             return None
-        u = self.state.values()
-        return self.objective.multipliers(u, self.lam)
-
-    def constraint_weights(self) -> torch.Tensor | None:
-        """The former name of :meth:`penalty_weights` (kept for callers of the old API)."""
-        return self.penalty_weights()
+        return self.objective.multipliers(self.state.values(), self.lam)
 
 
 class SONEX(NonsmoothFCCOModule):
@@ -283,13 +290,15 @@ class SONEX(NonsmoothFCCOModule):
         G   = ∇ĝ_0(w_t) + mean_i ∇ĝ_i(w_t) ∇f_λ(u_i)                       u: the fresh one (default)
         optimizer step on G            (Momentum(β): v ← (1 − β)v + βG, w ← w − ηv; or AdaptiveMomentum)
 
-    ``ĝ_i(w_{t−1})`` is the same batch evaluated at a copy of the previous parameters (``previous``, a buffer:
-    in every checkpoint), through ``torch.func.functional_call`` without gradient. The constrained variant (eq.
-    (40)) is this with a :class:`~fccolit.objectives.constrained.ConstrainedObjective` (``g_0`` = the objective,
-    one row per constraint) and optionally ``constraints_per_step`` < m.
+    i.e. the base's FCCO step (:meth:`~fccolit.algorithms.base.FCCOModule.compositional_loss`) with the MSVR
+    correction weight γ', the smoothed ∇f_λ and the direct term. ``ĝ_i(w_{t−1})`` is the same batch evaluated at a
+    copy of the previous parameters (``previous``, a buffer: in every checkpoint), through
+    ``torch.func.functional_call`` without gradient. The constrained variant (eq. (40)) is this with a
+    :class:`~fccolit.objectives.constrained.ConstrainedObjective` (``g_0`` = the objective, one row per constraint)
+    and optionally ``constraints_per_step`` < m.
 
-    When ``g_0`` is itself an FCCO (``objective.direct_inner_dim`` > 0, e.g. the global contrastive loss of
-    :class:`~fccolit.objectives.ContinualLearning`), its inner values ``g_{0,a}`` are tracked by the same rule in a
+    When ``g_0`` is itself an FCCO (the objective's ``direct_objective``, e.g. the global contrastive loss of
+    :class:`~fccolit.objectives.ContinualLearning`), its inner values ``g_{0,a}`` are tracked by the same step in a
     second state, ``direct_state`` (u_0), and ``∇ĝ_0`` above becomes ``mean_a ∇ĝ_{0,a}(w_t) ∇f_0(u_{0,a})``: the
     paper's "modified SONEX" (seed 004 F.3). ALEXR2 and the other modules use the plug-in ``ĝ_0`` instead.
 
@@ -341,85 +350,41 @@ class SONEX(NonsmoothFCCOModule):
         super().configure_state()
         # w_{t−1}: only needed for the MSVR correction (PenaltySOX runs without it)
         self.previous = self.snapshot() if self.correction_weight != 0.0 else None
-        # u_0: the direct term's own inner values, when g_0 is itself an FCCO (CompositeObjective.direct_inner_dim)
+        # u_0: the direct term's own inner values, when g_0 is itself an FCCO (CompositeObjective.direct_objective)
         self.direct_state = None
-        dim = getattr(self.objective, "direct_inner_dim", 0)
-        if dim:
+        direct = getattr(self.objective, "direct_objective", None)
+        if direct is not None:
             if any(n.startswith("objective.") for n, _ in self.trainable()):
                 raise TypeError(
-                    f"{type(self).__name__}: a tracked direct term (direct_inner_dim > 0) of an objective with "
+                    f"{type(self).__name__}: a tracked direct term (direct_objective) of an objective with "
                     f"trainable parameters is not supported ({type(self.objective).__name__})"
                 )
-            lower, upper = self.objective.direct_bounds()
-            self.direct_state = IndexedState(
-                self.objective.direct_num_rows(self.data_sizes), dim, lower=lower, upper=upper, dtype=self.state_dtype,
-                name="u_0",
-            )
+            self.direct_state = self.make_state(direct.inner_dim, name="u_0", objective=direct)
 
-    def direct_estimate(
-        self, scores: torch.Tensor, obj_batch: dict[str, torch.Tensor], previous_scores: torch.Tensor | None,
-        synced: bool,
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The direct term of the surrogate loss and its plug-in value (detached, for ``train/objective``).
-
-        A plain direct term is its mini-batch estimate ``ĝ_0``. A tracked one (the objective's ``direct_inner``)
-        updates ``u_0`` with this module's rule (γ, and γ' with the batch at ``previous_scores``) and contributes
-        ``mean_a ⟨∇f_0(u_{0,a}), ĝ_{0,a}⟩`` (u: as ``u_for_gradient``); its value is ``mean_a f_0(u_{0,a})`` (fresh u).
-        """
-        if self.direct_state is None:
-            direct = self.direct_term(scores, obj_batch)
-            return direct, None if direct is None else direct.detach()
-        inner = self.objective.direct_inner(scores, obj_batch)
-        correction = None
-        if previous_scores is not None:
-            correction = self.objective.direct_inner(previous_scores, obj_batch).value
-        record = self.direct_state.update(
-            inner.index, inner.value, ema_weight=self.ema_weight, correction=correction,
-            correction_weight=self.correction_weight, synced=synced,
-        )  # called even without rows: under DDP every rank takes part in the gather
-        if inner.index.numel() == 0:
-            return scores.sum() * 0.0, None
-        u = record.current if self.u_for_gradient == "fresh" else record.previous
-        weight = self.objective.direct_outer_grad(u, inner.context).detach().to(inner.value.dtype)
-        with torch.no_grad():
-            value = self.objective.direct_outer(record.current, inner.context).mean()
-        return (weight * inner.value).sum(-1).mean(), value
-
-    def compositional_loss(
-        self, scores: torch.Tensor, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """SONEX's surrogate loss (its gradient is G_t) and the rows' ``ĝ_0 + f(u_i)``; updates u and ``previous``.
-
-        ``scores`` are ``self(batch)`` at the current parameters w_t. The base class's ``training_step`` then takes
-        the optimizer step.
-        """
-        params = [p for _, p in self.trainable()]
+    def previous_iterate(self) -> ParameterSnapshot | None:
         if self.previous is not None and not bool(self.previous.ready):
-            self.previous.copy_from(params)  # w_{−1} = w_0
-        scores, obj_batch, synced = self.objective_inputs(scores, batch)
-        inner = self.objective.inner(scores, obj_batch)
-        correction = previous_scores = None
+            self.previous.copy_from(p for _, p in self.trainable())  # w_{−1} = w_0
+        return self.previous
+
+    def direct_term(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor], synced: bool, previous_scores: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """A plain direct term is its mini-batch estimate ``ĝ_0``. A tracked one (``direct_objective``) takes the
+        same FCCO step as the outer indices on its own state u_0 (γ, γ', u ordering: this module's), contributing
+        ``mean_a ⟨∇f_0(u_{0,a}), ĝ_{0,a}⟩`` with value ``mean_a f_0(u_{0,a})`` (the updated u)."""
+        if self.direct_state is None:
+            return super().direct_term(scores, batch, synced, previous_scores)
+        direct = self.objective.direct_objective
+        inner = self.inner_estimates(direct, scores, batch, synced, previous_scores)
+        terms, values = self.estimator_terms_of(direct, self.direct_state, inner, synced)
+        if terms is None:
+            return scores.sum() * 0.0, None
+        return terms.mean(), values.mean()
+
+    def on_estimate_end(self) -> None:
         if self.previous is not None:
-            previous_scores = self.scores_at(self.previous, batch, synced)
-            previous = self.inner_at(self.previous, previous_scores, obj_batch)
-            if not torch.equal(previous.index, inner.index):
-                raise RuntimeError(
-                    f"{type(self.objective).__name__}.inner returned other outer indices at the previous parameters: "
-                    "the MSVR correction needs the same rows for the same batch"
-                )
-            correction = previous.value
-        inner, correction = self.sample_constraints(inner, correction)
-        record = self.state.update(
-            inner.index, inner.value, ema_weight=self.ema_weight, correction=correction,
-            correction_weight=self.correction_weight, synced=synced,
-        )  # called even for an empty batch: under DDP every rank takes part in the gather
-        u = record.current if self.u_for_gradient == "fresh" else record.previous
-        direct, direct_value = self.direct_estimate(scores, obj_batch, previous_scores, synced)
-        loss = self.surrogate(self.outer_weight(u, inner.context), inner, direct, scores, synced=synced)
-        if self.previous is not None:
-            self.previous.copy_from(params)  # w_t becomes the previous iterate of the next step
-        self.steps_done += 1
-        return loss, self.objective_estimate(record.current, inner, direct_value)
+            self.previous.copy_from(p for _, p in self.trainable())  # w_t becomes the previous iterate of the next step
+        super().on_estimate_end()
 
 
 class SONX(SONEX):

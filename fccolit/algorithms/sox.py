@@ -47,20 +47,21 @@ optimizer explicitly in experiments.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable
 
 import torch
 from torch import nn
 
 from fccolit import distributed
 from fccolit.algorithms.base import FCCOModule
-from fccolit.objectives.base import InnerBatch
+from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.optim import AdaptiveMomentum, Momentum
-from fccolit.state import StateUpdate
+from fccolit.state import IndexedState, StateUpdate
 
-__all__ = ["SOX", "BSGD", "SOAP", "MOAP", "MOAPV1", "MOAPV2", "ADAP"]
+__all__ = ["SOXFamily", "SOX", "BSGD", "SOAP", "MOAP", "MOAPV1", "MOAPV2", "ADAP"]
 
 _ORDERINGS = ("previous", "fresh")
+_FREE = object()  # a choice not given / not fixed
 
 
 def _check_weight(name: str, value: float, symbol: str) -> None:
@@ -68,9 +69,88 @@ def _check_weight(name: str, value: float, symbol: str) -> None:
         raise ValueError(f"{name} ({symbol}, the weight of the new inner estimate) must be in (0, 1], got {value!r}")
 
 
-class SOX(FCCOModule):
-    r"""SOX: selective moving averages of the inner values plus gradient momentum (seed 001, Algorithm 1), and
-    the one mechanism every preset of this module configures (see the module docstring for the formula).
+#: The choices of the SOX mechanism and SOX's defaults; a preset fixes some of them (its ``defining`` values).
+SOX_CHOICES: dict[str, Any] = {
+    "ema_weight": 0.1, "u_for_gradient": "previous", "decay_unsampled": False, "scale_by_n_over_B1": False,
+}
+
+
+class SOXFamily(FCCOModule):
+    """The mechanism of the SOX family (module docstring): SOX and every preset derive from it.
+
+    A preset declares the values that define it once, in the class attribute ``defining`` (e.g. BSGD:
+    ``{"ema_weight": 1.0, "u_for_gradient": "fresh"}``), and takes its free choices as arguments; the constructor
+    reads ``defining``, refuses a different value for a defined choice (naming :class:`SOX`, which takes any), and
+    the CLI offers only the free choices. A defining value given back unchanged (a checkpoint's hyper-parameters)
+    is accepted.
+    """
+
+    #: the choices this class fixes (a subset of :data:`SOX_CHOICES`)
+    defining: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, model: nn.Module, objective: FCCOObjective, **kwargs: Any) -> None:
+        choices = {}
+        for name, default in SOX_CHOICES.items():
+            fixed, given = self.defining.get(name, _FREE), kwargs.pop(name, _FREE)
+            if fixed is not _FREE and given is not _FREE and given != fixed:
+                raise ValueError(
+                    f"{type(self).__name__} is defined by {name}={fixed!r}, got {name}={given!r}: use "
+                    f"fccolit.algorithms.sox.SOX, which takes any {name}"
+                )
+            choices[name] = fixed if fixed is not _FREE else default if given is _FREE else given
+        _check_weight("ema_weight", choices["ema_weight"], "γ")
+        if choices["u_for_gradient"] not in _ORDERINGS:
+            raise ValueError(f"u_for_gradient must be 'previous' or 'fresh', got {choices['u_for_gradient']!r}")
+        if choices["scale_by_n_over_B1"] and not choices["decay_unsampled"]:
+            raise ValueError(
+                "scale_by_n_over_B1=True needs decay_unsampled=True: the n/B1 factor of MOAP's randomized coordinate "
+                "update is only unbiased together with the decay of the unsampled rows (seed 001 eq. (3))"
+            )
+        self.ema_weight = choices["ema_weight"]
+        self.u_for_gradient = choices["u_for_gradient"]
+        self.decay_unsampled = bool(choices["decay_unsampled"])
+        self.scale_by_n_over_B1 = bool(choices["scale_by_n_over_B1"])
+        super().__init__(model, objective, **kwargs)
+
+    # ------------------------------------------------------------------ state
+    def configure_state(self) -> None:
+        if self.objective is not None:
+            self.state = self.make_state(
+                self.objective.inner_dim, name="u", decay_unsampled=self.decay_unsampled, initial=self.initial_state
+            )
+
+    def sampled_rows(self, inner: InnerBatch, synced: bool) -> int:
+        """B1: the number of outer indices sampled this step, over the global batch (identical on every rank)."""
+        count = inner.index.numel()
+        if synced or not distributed.is_distributed():
+            return count
+        total = torch.tensor([count], dtype=torch.long, device=inner.index.device)
+        torch.distributed.all_reduce(total)
+        return int(total.item())
+
+    def sample_scale(self, state: IndexedState, inner: InnerBatch, synced: bool) -> float:
+        """s, the factor of the new estimate: ``n/B1`` with ``scale_by_n_over_B1``, else 1."""
+        if not self.scale_by_n_over_B1:
+            return 1.0
+        return state.num_rows / self.sampled_rows(inner, synced)
+
+    def update_state(self, state: IndexedState, inner: InnerBatch, synced: bool) -> StateUpdate:
+        _check_weight("ema_weight", self.ema_weight, "γ")  # a schedule may have set it
+        return super().update_state(state, inner, synced)
+
+    # ------------------------------------------------------------------ optimizer
+    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Raise if ``optimizer`` is not the one the method is defined with (presets override; SOX takes any)."""
+
+    def configure_optimizers(self) -> Any:
+        configured = super().configure_optimizers()
+        self.check_optimizer(configured["optimizer"] if isinstance(configured, dict) else configured)
+        return configured
+
+
+class SOX(SOXFamily):
+    r"""SOX: selective moving averages of the inner values plus gradient momentum (seed 001, Algorithm 1), with
+    every choice of the family free (see the module docstring for the formula).
 
     Args:
         model: the backbone (scores ``[B]``).
@@ -91,85 +171,20 @@ class SOX(FCCOModule):
     def __init__(
         self,
         model: nn.Module,
-        objective: nn.Module,
+        objective: FCCOObjective,
         ema_weight: float = 0.1,
         u_for_gradient: str = "previous",
         decay_unsampled: bool = False,
         scale_by_n_over_B1: bool = False,
         **kwargs: Any,
     ) -> None:
-        _check_weight("ema_weight", ema_weight, "γ")
-        if u_for_gradient not in _ORDERINGS:
-            raise ValueError(f"u_for_gradient must be 'previous' or 'fresh', got {u_for_gradient!r}")
-        if scale_by_n_over_B1 and not decay_unsampled:
-            raise ValueError(
-                "scale_by_n_over_B1=True needs decay_unsampled=True: the n/B1 factor of MOAP's randomized coordinate "
-                "update is only unbiased together with the decay of the unsampled rows (seed 001 eq. (3))"
-            )
-        self.ema_weight = ema_weight
-        self.u_for_gradient = u_for_gradient
-        self.decay_unsampled = bool(decay_unsampled)
-        self.scale_by_n_over_B1 = bool(scale_by_n_over_B1)
-        super().__init__(model, objective, **kwargs)
-
-    # ------------------------------------------------------------------ state
-    def configure_state(self) -> None:
-        if self.objective is not None:
-            self.state = self.make_state(
-                self.objective.inner_dim, name="u", decay_unsampled=self.decay_unsampled, initial=self.initial_state
-            )
-
-    def sampled_rows(self, inner: InnerBatch, synced: bool) -> int:
-        """B1: the number of outer indices sampled this step, over the global batch (identical on every rank)."""
-        count = inner.index.numel()
-        if synced or not distributed.is_distributed():
-            return count
-        total = torch.tensor([count], dtype=torch.long, device=inner.index.device)
-        torch.distributed.all_reduce(total)
-        return int(total.item())
-
-    def sample_scale(self, inner: InnerBatch, synced: bool) -> float:
-        """s, the factor of the new estimate: ``n/B1`` with ``scale_by_n_over_B1``, else 1."""
-        if not self.scale_by_n_over_B1:
-            return 1.0
-        return self.state.num_rows / self.sampled_rows(inner, synced)
-
-    def update_state(self, inner: InnerBatch, synced: bool) -> tuple[torch.Tensor, StateUpdate]:
-        _check_weight("ema_weight", self.ema_weight, "γ")  # a schedule may have set it
-        record = self.state.update(
-            inner.index,
-            inner.value,
-            ema_weight=self.ema_weight,
-            sample_scale=self.sample_scale(inner, synced),
-            synced=synced,
+        super().__init__(
+            model, objective, ema_weight=ema_weight, u_for_gradient=u_for_gradient, decay_unsampled=decay_unsampled,
+            scale_by_n_over_B1=scale_by_n_over_B1, **kwargs,
         )
-        return (record.current if self.u_for_gradient == "fresh" else record.previous), record
-
-    # ------------------------------------------------------------------ optimizer
-    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Raise if ``optimizer`` is not the one the method is defined with (presets override; SOX takes any)."""
-
-    def configure_optimizers(self) -> Any:
-        configured = super().configure_optimizers()
-        self.check_optimizer(configured["optimizer"] if isinstance(configured, dict) else configured)
-        return configured
 
 
 # ---------------------------------------------------------------------------------------------- checks
-def _take_defining(preset: str, kwargs: dict[str, Any], **defining: Any) -> None:
-    """Remove the preset's defining arguments from ``kwargs`` (the preset passes them itself). The same values
-    may come back (a checkpoint's hyper-parameters hold them); different ones are refused, naming the general
-    class. (The preset passes them *explicitly* to ``super().__init__``, so the CLI does not offer them.)"""
-    for name, value in defining.items():
-        if name in kwargs:
-            given = kwargs.pop(name)
-            if given != value:
-                raise ValueError(
-                    f"{preset} is defined by {name}={value!r}, got {name}={given!r}: use "
-                    f"fccolit.algorithms.sox.SOX, which takes any {name}"
-                )
-
-
 def _plain_sgd(optimizer: torch.optim.Optimizer) -> bool:
     """The step is ``w ← w − η G``: Momentum with β = 1, or torch SGD without momentum."""
     if isinstance(optimizer, Momentum):
@@ -198,7 +213,7 @@ def _adam_like(optimizer: torch.optim.Optimizer, amsgrad: bool, bias_correction:
 
 
 # ---------------------------------------------------------------------------------------------- presets
-class BSGD(SOX):
+class BSGD(SOXFamily):
     r"""BSGD (Hu et al. 2020; seed 001 §2.1, Table 1): the plain plug-in mini-batch estimator, no momentum::
 
         G = (1/B1) Σ_{i∈B_1} ∇ĝ_i(w) ∇f_i(ĝ_i(w)),    w ← w − η G
@@ -212,13 +227,7 @@ class BSGD(SOX):
             without momentum).
     """
 
-    def __init__(self, model: nn.Module, objective: nn.Module, **kwargs: Any) -> None:
-        _take_defining("BSGD", kwargs, ema_weight=1.0, u_for_gradient="fresh", decay_unsampled=False,
-                       scale_by_n_over_B1=False)
-        super().__init__(
-            model, objective, ema_weight=1.0, u_for_gradient="fresh", decay_unsampled=False,
-            scale_by_n_over_B1=False, **kwargs,
-        )
+    defining = {"ema_weight": 1.0, "u_for_gradient": "fresh", "decay_unsampled": False, "scale_by_n_over_B1": False}
 
     def default_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         return Momentum(params, lr=1e-3, momentum_weight=1.0)
@@ -231,7 +240,7 @@ class BSGD(SOX):
             )
 
 
-class SOAP(SOX):
+class SOAP(SOXFamily):
     r"""SOAP (Qi et al. 2021; seed 002 eq. (5), seed 001 §3.1): selective moving average, fresh ``u``, no
     momentum::
 
@@ -255,6 +264,7 @@ class SOAP(SOX):
     """
 
     MODES = ("sgd", "adam", "amsgrad")
+    defining = {"u_for_gradient": "fresh", "decay_unsampled": False, "scale_by_n_over_B1": False}
 
     def __init__(
         self,
@@ -269,11 +279,7 @@ class SOAP(SOX):
             raise ValueError(f"SOAP mode must be one of {', '.join(map(repr, self.MODES))}, got {mode!r}")
         self.mode = mode
         self.bias_correction = bool(bias_correction)
-        _take_defining("SOAP", kwargs, u_for_gradient="fresh", decay_unsampled=False, scale_by_n_over_B1=False)
-        super().__init__(
-            model, objective, ema_weight=ema_weight, u_for_gradient="fresh", decay_unsampled=False,
-            scale_by_n_over_B1=False, **kwargs,
-        )
+        super().__init__(model, objective, ema_weight=ema_weight, **kwargs)
 
     def default_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         if self.mode == "sgd":
@@ -297,7 +303,7 @@ class SOAP(SOX):
             raise ValueError(f"SOAP (mode={self.mode!r}) takes {expected}; got {_describe(optimizer)}")
 
 
-class MOAP(SOX):
+class MOAP(SOXFamily):
     r"""MOAP (Wang et al. 2021): the randomized coordinate update of ``u`` plus gradient momentum.
 
     Seed 001 eq. (3) (no projection) and seed 002 Algorithm 2 (MOAP-V2, with Π_Ω; see :class:`MOAPV2`)::
@@ -315,6 +321,8 @@ class MOAP(SOX):
         (the rest): see :class:`SOX`; default optimizer ``Momentum(lr=1e-3, momentum_weight=0.1)``.
     """
 
+    defining = {"u_for_gradient": "fresh", "decay_unsampled": True}
+
     def __init__(
         self,
         model: nn.Module,
@@ -323,17 +331,22 @@ class MOAP(SOX):
         scale_by_n_over_B1: bool = True,
         **kwargs: Any,
     ) -> None:
-        _take_defining(type(self).__name__, kwargs, u_for_gradient="fresh", decay_unsampled=True)
-        super().__init__(
-            model, objective, ema_weight=ema_weight, u_for_gradient="fresh", decay_unsampled=True,
-            scale_by_n_over_B1=scale_by_n_over_B1, **kwargs,
-        )
+        super().__init__(model, objective, ema_weight=ema_weight, scale_by_n_over_B1=scale_by_n_over_B1, **kwargs)
 
 
-class _RequiresProjection:
-    """Mixin of seed 002's methods: U is projected onto Ω (the objective's ``state_bounds``)."""
+class ProjectedSOX(SOXFamily):
+    """The base of seed 002's MOAP-V1, MOAP-V2 and ADAP: U is projected onto Ω (the objective's ``state_bounds``)."""
 
-    require_projection: bool = True
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: nn.Module,
+        ema_weight: float = 0.1,
+        require_projection: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        self.require_projection = require_projection
+        super().__init__(model, objective, ema_weight=ema_weight, **kwargs)
 
     def configure_state(self) -> None:
         super().configure_state()
@@ -345,7 +358,7 @@ class _RequiresProjection:
             )
 
 
-class MOAPV1(_RequiresProjection, SOX):
+class MOAPV1(ProjectedSOX):
     r"""MOAP-V1 (seed 002, Algorithm 1): SOAP's selective U-update with the projection Π_Ω, plus momentum::
 
         [U_{t+1}]_i = Π_Ω[ (1 − β0) [U_t]_i + β0 ĝ_i ]   (i ∈ B_t; others unchanged)
@@ -360,23 +373,10 @@ class MOAPV1(_RequiresProjection, SOX):
             momentum_weight=0.1)``).
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        objective: nn.Module,
-        ema_weight: float = 0.1,
-        require_projection: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        self.require_projection = require_projection
-        _take_defining("MOAPV1", kwargs, u_for_gradient="fresh", decay_unsampled=False, scale_by_n_over_B1=False)
-        super().__init__(
-            model, objective, ema_weight=ema_weight, u_for_gradient="fresh", decay_unsampled=False,
-            scale_by_n_over_B1=False, **kwargs,
-        )
+    defining = {"u_for_gradient": "fresh", "decay_unsampled": False, "scale_by_n_over_B1": False}
 
 
-class MOAPV2(_RequiresProjection, MOAP):
+class MOAPV2(ProjectedSOX):
     r"""MOAP-V2 (seed 002, Algorithm 2): the randomized coordinate update with Π_Ω, plus momentum::
 
         [U_{t+1}]_i = Π_Ω[ (1 − β0) [U_t]_i + β0 (m/B) ĝ_i ]   (i ∈ B_t)
@@ -392,17 +392,7 @@ class MOAPV2(_RequiresProjection, MOAP):
         (the rest): see :class:`SOX`; default optimizer ``Momentum(lr=1e-3, momentum_weight=0.1)``.
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        objective: nn.Module,
-        ema_weight: float = 0.1,
-        require_projection: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        self.require_projection = require_projection
-        _take_defining(type(self).__name__, kwargs, scale_by_n_over_B1=True)
-        super().__init__(model, objective, ema_weight=ema_weight, scale_by_n_over_B1=True, **kwargs)
+    defining = {**MOAP.defining, "scale_by_n_over_B1": True}
 
 
 class ADAP(MOAPV2):

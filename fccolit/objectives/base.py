@@ -29,11 +29,23 @@ class InnerBatch:
         index: ``[B1]`` long, outer indices (rows of the per-index state).
         value: ``[B1, d']`` mini-batch estimate ĝ_i(w) of the inner value, differentiable w.r.t. the scores.
         context: per-row tensors (first dimension B1) that ``f_i`` depends on (e.g. relevance, list size).
+        correction: ``[B1, d']`` the same estimate at the previous parameters (the MSVR correction of SONEX /
+            ALEXR2; set by the algorithm, not the objective), or None.
     """
 
     index: torch.Tensor
     value: torch.Tensor
     context: dict[str, torch.Tensor] = field(default_factory=dict)
+    correction: torch.Tensor | None = None
+
+    def select(self, keep: torch.Tensor) -> "InnerBatch":
+        """The rows at positions ``keep`` (``[R]`` long) of the index, value, context and correction."""
+        return InnerBatch(
+            index=self.index.index_select(0, keep),
+            value=self.value.index_select(0, keep),
+            context={k: v.index_select(0, keep) for k, v in self.context.items()},
+            correction=None if self.correction is None else self.correction.index_select(0, keep),
+        )
 
 
 class FCCOObjective(nn.Module):

@@ -20,10 +20,93 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fccolit.objectives.base import InnerBatch
+from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.constrained import ConstrainedObjective
 
-__all__ = ["ContinualLearning"]
+__all__ = ["ContinualLearning", "GlobalContrastiveLoss"]
+
+
+def labels_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The class index of every sample, ``[B]`` (``label`` if present, else ``y``)."""
+    return (batch["label"] if "label" in batch else batch["y"]).reshape(-1).long()
+
+
+class GlobalContrastiveLoss(FCCOObjective):
+    r"""The two-way global contrastive loss of the target class's images, an FCCO of its own (seed 004 F.3)::
+
+        g_{0,a} = (mean_{j∈N} e^{z_{a,t_j} − z_{a,t_a}},  mean_{j∈N} e^{z_{j,t_a} − z_{a,t_a}})      [A, 2]
+        f_0(u)  = τ Σ_k log(1 + n u_k)
+
+    over the batch's target images a (rows: their ``index``) and its non-target samples N (the contrast set, n of
+    them in the data), z = scores/τ. :class:`ContinualLearning` holds it as its ``direct_objective``; SONEX tracks
+    ``g_{0,a}`` in a state of its own (one row per training image, only target images visited, ``u_0 ≥ 0``).
+
+    Args:
+        target: the target class (column of the scores).
+        temperature: τ.
+        num_contrast: n (None: bound later by :class:`ContinualLearning` from the data sizes).
+    """
+
+    inner_dim: ClassVar[int] = 2
+
+    def __init__(self, target: int, temperature: float, num_contrast: int | None = None) -> None:
+        super().__init__()
+        self.target, self.temperature = int(target), float(temperature)
+        self.num_contrast = None if num_contrast is None else int(num_contrast)
+
+    def num_rows(self, sizes: dict[str, int]) -> int:
+        """One row per training sample (only the target class's images are ever visited)."""
+        if "num_samples" not in sizes:
+            raise ValueError(
+                f"ContinualLearning tracks one contrastive row per training image: the sizes lack 'num_samples' "
+                f"({sorted(sizes)})"
+            )
+        return int(sizes["num_samples"])
+
+    def state_bounds(self, sizes: dict[str, int]) -> tuple[object, object]:
+        """``u_0 ≥ 0``: means of exponentials (an MSVR step may overshoot below 0)."""
+        return 0.0, None
+
+    def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+        """The batch's target images (rows: their ``index``) and ``ĝ_{0,a}`` ``[A, 2]``: the means over the batch's
+        non-target samples; no rows when the batch has no non-target sample."""
+        if "index" not in batch:
+            raise ValueError(
+                "ContinualLearning: the batch has no 'index' field (each sample's position in the training data), "
+                f"which the contrastive term's rows need; it has {sorted(batch)}"
+            )
+        labels = labels_of(batch)
+        logits = scores / self.temperature
+        contrast = labels != self.target
+        anchor = ~contrast if bool(contrast.any()) else torch.zeros_like(contrast)  # no contrast sample: no estimate
+        positive = logits[anchor, self.target].unsqueeze(1)  # z_{a,t_a}, [A, 1]
+        to_texts = logits[anchor][:, labels[contrast]]  # z_{a,t_j}, [A, N]
+        to_images = logits[contrast, self.target].unsqueeze(0)  # z_{j,t_a}, [1, N]
+        value = torch.stack([
+            torch.exp(to_texts - positive).mean(1),
+            torch.exp(to_images - positive).mean(1),
+        ], dim=1)
+        return InnerBatch(index=batch["index"].reshape(-1)[anchor].long(), value=value)
+
+    def _contrast_count(self) -> int:
+        if self.num_contrast is None:
+            raise ValueError(
+                "ContinualLearning needs n, the number of training samples an anchor is contrasted with: pass "
+                "num_contrast=..., or bind sizes with num_samples and num_class_<target> (BDD100KDataModule's)"
+            )
+        return self.num_contrast
+
+    def outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``f_0(u) = τ Σ_k log(1 + n u_k)``, ``[A]``."""
+        return self.temperature * torch.log1p(self._contrast_count() * u).sum(-1)
+
+    def outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``∇f_0(u) = τ n / (1 + n u)``, ``[A, 2]``."""
+        n = self._contrast_count()
+        return self.temperature * n / (1.0 + n * u)
+
+    def extra_repr(self) -> str:
+        return f"target={self.target}, temperature={self.temperature}, num_contrast={self.num_contrast}"
 
 
 class ContinualLearning(ConstrainedObjective):
@@ -100,7 +183,6 @@ class ContinualLearning(ConstrainedObjective):
     # each rank's own images, which are not gathered) are all-gathered.
     needs_global_batch: ClassVar[bool] = True
     batch_fields: ClassVar[tuple[str, ...]] = ("y", "label", "index", "old_scores")
-    direct_inner_dim: ClassVar[int] = 2  # g_0 is a global contrastive loss: (image → texts, text → images) per anchor
     default_metrics: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
@@ -125,7 +207,8 @@ class ContinualLearning(ConstrainedObjective):
         self._slack = slack
         if num_contrast is not None and int(num_contrast) < 1:
             raise ValueError(f"num_contrast (n, the contrast samples of an anchor) must be >= 1, got {num_contrast}")
-        self.num_contrast = None if num_contrast is None else int(num_contrast)
+        # g_0, a global contrastive loss that is itself an FCCO: tracked by SONEX (CompositeObjective.direct_objective)
+        self.contrastive = GlobalContrastiveLoss(self.target, self.temperature, num_contrast)
         self.protected: list[int] | None = None
         self.old_model: nn.Module | None = None
         self._memo: tuple[torch.Tensor, int | None, torch.Tensor] | None = None  # (images, their version, old scores)
@@ -197,10 +280,20 @@ class ContinualLearning(ConstrainedObjective):
         return [f"no_worse_on_{names[c]}" for c in self.protected]
 
     # ------------------------------------------------------------------ the pieces
-    @staticmethod
-    def labels_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The class index of every sample, ``[B]`` (``label`` if present, else ``y``)."""
-        return (batch["label"] if "label" in batch else batch["y"]).reshape(-1).long()
+    labels_of = staticmethod(labels_of)
+
+    @property
+    def direct_objective(self) -> "GlobalContrastiveLoss":
+        return self.contrastive
+
+    @property
+    def num_contrast(self) -> int | None:
+        """n, the training samples an anchor is contrasted with (the contrastive term's)."""
+        return self.contrastive.num_contrast
+
+    @num_contrast.setter
+    def num_contrast(self, value: int | None) -> None:
+        self.contrastive.num_contrast = value
 
     def old_scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """``w_old``'s scores of the batch's images, ``[B, C]``, without gradient.
@@ -253,57 +346,6 @@ class ContinualLearning(ConstrainedObjective):
         counts = member.sum(0)
         sums = member.t() @ difference - self.slack.to(scores.dtype) * counts
         return sums.unsqueeze(-1), counts.unsqueeze(-1)
-
-    def direct_num_rows(self, sizes: dict[str, int]) -> int:
-        """One row per training sample (only the target class's images are ever visited)."""
-        if "num_samples" not in sizes:
-            raise ValueError(
-                f"ContinualLearning tracks one contrastive row per training image: the sizes lack 'num_samples' "
-                f"({sorted(sizes)})"
-            )
-        return int(sizes["num_samples"])
-
-    def direct_inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
-        """The batch's target images (rows: their ``index``) and ``ĝ_{0,a}`` ``[A, 2]``: the means over the batch's
-        non-target samples (class docstring); no rows when the batch has no non-target sample."""
-        if "index" not in batch:
-            raise ValueError(
-                "ContinualLearning: the batch has no 'index' field (each sample's position in the training data), "
-                f"which the contrastive term's rows need; it has {sorted(batch)}"
-            )
-        labels = self.labels_of(batch)
-        logits = scores / self.temperature
-        contrast = labels != self.target
-        anchor = ~contrast if bool(contrast.any()) else torch.zeros_like(contrast)  # no contrast sample: no estimate
-        positive = logits[anchor, self.target].unsqueeze(1)  # z_{a,t_a}, [A, 1]
-        to_texts = logits[anchor][:, labels[contrast]]  # z_{a,t_j}, [A, N]
-        to_images = logits[contrast, self.target].unsqueeze(0)  # z_{j,t_a}, [1, N]
-        value = torch.stack([
-            torch.exp(to_texts - positive).mean(1),
-            torch.exp(to_images - positive).mean(1),
-        ], dim=1)
-        return InnerBatch(index=batch["index"].reshape(-1)[anchor].long(), value=value)
-
-    def _contrast_count(self) -> int:
-        if self.num_contrast is None:
-            raise ValueError(
-                "ContinualLearning needs n, the number of training samples an anchor is contrasted with: pass "
-                "num_contrast=..., or bind sizes with num_samples and num_class_<target> (BDD100KDataModule's)"
-            )
-        return self.num_contrast
-
-    def direct_bounds(self) -> tuple[object, object]:
-        """``u_0 ≥ 0``: means of exponentials (an MSVR step may overshoot below 0)."""
-        return 0.0, None
-
-    def direct_outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``f_0(u) = τ Σ_k log(1 + n u_k)``, ``[A]``."""
-        return self.temperature * torch.log1p(self._contrast_count() * u).sum(-1)
-
-    def direct_outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``∇f_0(u) = τ n / (1 + n u)``, ``[A, 2]``."""
-        n = self._contrast_count()
-        return self.temperature * n / (1.0 + n * u)
 
     def extra_repr(self) -> str:
         return (f"target={self.target}, protected={self.protected}, temperature={self.temperature}, "

@@ -340,50 +340,32 @@ class CompositeObjective(FCCOObjective):
     other parameters (the previous iterate of SONEX's MSVR correction) when the objective has parameters.
 
     **A direct term that is itself an FCCO**, ``g_0(w) = (1/n_0) Σ_a f_0(g_{0,a}(w))`` (e.g. a global contrastive
-    loss, whose log wraps a mean over the data): set :attr:`direct_inner_dim` > 0 and implement
-    :meth:`direct_num_rows`, :meth:`direct_inner` and :meth:`direct_outer` / :meth:`direct_outer_grad` (and
-    :meth:`direct_bounds` when ``f_0`` has a restricted domain). SONEX then
-    tracks ``g_{0,a}`` with its own per-index state and the same MSVR update as the ``g_i`` (seed 004 F.3's
+    loss, whose log wraps a mean over the data): return it as an :class:`~fccolit.objectives.FCCOObjective` from
+    :attr:`direct_objective` (held by composition, e.g. :class:`~fccolit.objectives.continual.GlobalContrastiveLoss`).
+    SONEX then tracks ``g_{0,a}`` with a per-index state of its own and the same step as the ``g_i`` (seed 004 F.3's
     "modified SONEX"), stepping on ``mean_a ∇ĝ_{0,a} ∇f_0(u_{0,a})``; :meth:`direct` is then the plug-in mini-batch
     value ``mean_a f_0(ĝ_{0,a})`` (what the algorithms without that state use).
     """
 
     outer_fn: OuterFunction
-    #: d₀ of the direct term's own inner functions ``g_{0,a}`` (0: ``g_0`` is a plain mini-batch mean, not tracked)
-    direct_inner_dim: int = 0
+
+    @property
+    def direct_objective(self) -> FCCOObjective | None:
+        """The direct term when it is itself an FCCO (tracked by SONEX), else None (the default)."""
+        return None
 
     def direct(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """Mini-batch estimate of ``g_0`` (a differentiable scalar), or None when ``F`` has no direct term.
 
-        With a tracked direct term (:attr:`direct_inner_dim` > 0): ``mean_a f_0(ĝ_{0,a})`` over the batch's direct
+        With a tracked direct term (:attr:`direct_objective`): ``mean_a f_0(ĝ_{0,a})`` over the batch's direct
         rows (0, with the graph, when the batch has none)."""
-        if not self.direct_inner_dim:
+        direct = self.direct_objective
+        if direct is None:
             return None
-        inner = self.direct_inner(scores, batch)
+        inner = direct.inner(scores, batch)
         if inner.index.numel() == 0:
             return scores.sum() * 0.0
-        return self.direct_outer(inner.value, inner.context).mean()
-
-    def direct_num_rows(self, sizes: dict[str, int]) -> int:
-        """The number of outer indices ``a`` of a tracked direct term (rows of its state)."""
-        raise NotImplementedError(f"{type(self).__name__} sets direct_inner_dim but not direct_num_rows")
-
-    def direct_inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
-        """The batch's direct rows ``a`` and their mini-batch estimates ``ĝ_{0,a}`` ``[A, d₀]`` (differentiable)."""
-        raise NotImplementedError(f"{type(self).__name__} sets direct_inner_dim but not direct_inner")
-
-    def direct_outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``f_0(u)``, ``[A]``."""
-        raise NotImplementedError(f"{type(self).__name__} sets direct_inner_dim but not direct_outer")
-
-    def direct_outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``∇f_0(u)``, ``[A, d₀]`` (f_0 is smooth: it is not smoothed by the algorithm's λ)."""
-        raise NotImplementedError(f"{type(self).__name__} sets direct_inner_dim but not direct_outer_grad")
-
-    def direct_bounds(self) -> tuple[object, object]:
-        """``(lower, upper)`` of the domain of ``f_0``, onto which the tracked ``u_0`` is projected (an MSVR step can
-        leave it); None: unbounded. Values as :class:`~fccolit.state.IndexedState` takes them."""
-        return None, None
+        return direct.outer(inner.value, inner.context).mean()
 
     def forward(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
         return self.inner(scores, batch)

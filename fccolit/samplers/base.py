@@ -29,22 +29,22 @@ from fccolit import distributed
 
 
 _MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15  # 2^64 / φ: the splitmix64 increment
-_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+GOLDEN = 0x9E3779B97F4A7C15  # 2^64 / φ: the splitmix64 increment
+MIX_M1, MIX_M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
-def _mix64_int(x: int) -> int:
+def mix64_int(x: int) -> int:
     """splitmix64's finaliser on a Python int (mod 2^64)."""
     x &= _MASK64
-    x = ((x ^ (x >> 30)) * _M1) & _MASK64
-    x = ((x ^ (x >> 27)) * _M2) & _MASK64
+    x = ((x ^ (x >> 30)) * MIX_M1) & _MASK64
+    x = ((x ^ (x >> 27)) * MIX_M2) & _MASK64
     return x ^ (x >> 31)
 
 
 def _batch_seed(seed: int, epoch: int, index: int) -> int:
     """The seed of global batch ``index`` of ``epoch``: 63 bits, a pure function of the three."""
-    x = _mix64_int(_mix64_int(seed * _GOLDEN + 0x5851F42D4C957F2D) + epoch * 0x9E6C63D0676A9A99)
-    return _mix64_int(x + index * _GOLDEN) >> 1
+    x = mix64_int(mix64_int(seed * GOLDEN + 0x5851F42D4C957F2D) + epoch * 0x9E6C63D0676A9A99)
+    return mix64_int(x + index * GOLDEN) >> 1
 
 
 def derived_seed(*parts: int) -> int:
@@ -52,7 +52,7 @@ def derived_seed(*parts: int) -> int:
     seed of a training step's random draws from ``(run seed, epoch, batch, rank)``."""
     x = 0x2545F4914F6CDD1D
     for part in parts:
-        x = _mix64_int(x + (int(part) & _MASK64) * _GOLDEN + 0x632BE59BD9B4E019)
+        x = mix64_int(x + (int(part) & _MASK64) * GOLDEN + 0x632BE59BD9B4E019)
     return x >> 1
 
 

@@ -11,7 +11,7 @@ import torch
 from fccolit.samplers.base import RankAwareBatchSampler
 
 
-def _stream(pool: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:
+def draw_stream(pool: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:
     """``count`` draws that walk through fresh random permutations of ``pool`` (without replacement within
     a permutation, so every element appears once per pass before any repeats)."""
     passes = max(1, math.ceil(count / pool.numel()))
@@ -108,10 +108,10 @@ class DualSampler(RankAwareBatchSampler):
     def global_batches(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
         n, p = self._num_batches, self.num_positives
         if self.anchor_sampling == "permutation":
-            pos = _stream(self.positives, n * p, generator).view(n, p)
+            pos = draw_stream(self.positives, n * p, generator).view(n, p)
         else:
             pos = self.positives[torch.randint(self.positives.numel(), (n, p), generator=generator)]
-        neg = _stream(self.negatives, n * (self.batch_size - p), generator).view(n, -1)
+        neg = draw_stream(self.negatives, n * (self.batch_size - p), generator).view(n, -1)
         for b in range(n):
             # [pos | neg] with P and B − P multiples of W: the slice [r::W] takes P/W positives on every rank
             yield torch.cat([pos[b], neg[b]])

@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import Dataset
 
 from fccolit.samplers.base import RankAwareBatchSampler, SampledBatch
-from fccolit.samplers.binary import _stream
+from fccolit.samplers.binary import draw_stream
 
 __all__ = ["MultiLabelSampler", "MultiLabelPairDataset", "multilabel_pair_tables", "multilabel_sizes", "tasks_per_batch_for"]
 
@@ -189,8 +189,8 @@ class MultiLabelSampler(RankAwareBatchSampler):
         pos, neg = [], []
         for t in range(self.num_tasks):  # task order: the draws do not depend on the schedule's layout
             c = counts[t]
-            pos.append(_stream(self.positives[t], c * p, generator).view(c, p) if c else None)
-            neg.append(_stream(self.negatives[t], c * q, generator).view(c, q) if c and q else None)
+            pos.append(draw_stream(self.positives[t], c * p, generator).view(c, p) if c else None)
+            neg.append(draw_stream(self.negatives[t], c * q, generator).view(c, q) if c and q else None)
         used = [0] * self.num_tasks
         offset = self.num_samples if self.pair_ids else 0
         for b in range(n):

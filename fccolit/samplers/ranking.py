@@ -15,7 +15,7 @@ generator seeded by ``(seed, epoch)``; rank ``r`` of ``W`` gets the slice ``glob
 * ``positions``: the position of each of this rank's queries in the *global* batch.
 
 The per-query item sampling (P relevant items and M others per query) happens in the dataset's batched
-``__getitems__`` (:mod:`fccolit.datamodules.ranking`), vectorized over the batch, with random numbers from
+``__getitems__`` (:mod:`fccolit.datasets.ranking`), vectorized over the batch, with random numbers from
 :func:`batch_words` (:func:`batch_uniforms`, :func:`batch_integers`) keyed by ``(batch seed, global
 position, stream, draw)``: a counter-based generator, so
 
@@ -32,7 +32,7 @@ Typical use (what the ranking DataModules do)::
 
     sampler = QueryBatchSampler(num_relevant > 0, queries_per_batch=256, seed=0)
     loader = DataLoader(train_dataset, batch_sampler=sampler, collate_fn=identity_collate)
-    for batch in loader:  # dicts of tensors, see fccolit.datamodules.ranking for the fields
+    for batch in loader:  # dicts of tensors, see fccolit.datasets.ranking for the fields
         ...
 """
 
@@ -44,7 +44,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from fccolit.samplers.base import _GOLDEN, _M1, _M2, RankAwareBatchSampler, SampledBatch, _mix64_int
+from fccolit.samplers.base import GOLDEN, MIX_M1, MIX_M2, RankAwareBatchSampler, SampledBatch, mix64_int
 
 __all__ = [
     "QueryBatch",
@@ -60,8 +60,8 @@ def mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser, elementwise on a uint64 array (arithmetic wraps mod 2^64): a bijection whose
     outputs for consecutive inputs pass as independent uniform 64-bit words."""
     x = np.asarray(x, dtype=np.uint64)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(_M1)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(_M2)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(MIX_M1)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(MIX_M2)
     return x ^ (x >> np.uint64(31))
 
 
@@ -78,9 +78,9 @@ def batch_words(seed: int, positions: np.ndarray | Sequence[int], stream: int, c
     global batch among ranks does not change any row's numbers.
     """
     positions = np.asarray(positions, dtype=np.int64).astype(np.uint64)
-    key = np.uint64(_mix64_int(seed * 0x2545F4914F6CDD1D + stream * _GOLDEN + 0x632BE59BD9B4E019))
-    base = mix64(mix64(positions * np.uint64(_GOLDEN) + key))  # [R], one independent word per row
-    return mix64(base[:, None] + np.arange(count, dtype=np.uint64)[None, :] * np.uint64(_GOLDEN))
+    key = np.uint64(mix64_int(seed * 0x2545F4914F6CDD1D + stream * GOLDEN + 0x632BE59BD9B4E019))
+    base = mix64(mix64(positions * np.uint64(GOLDEN) + key))  # [R], one independent word per row
+    return mix64(base[:, None] + np.arange(count, dtype=np.uint64)[None, :] * np.uint64(GOLDEN))
 
 
 def batch_uniforms(seed: int, positions: np.ndarray | Sequence[int], stream: int, count: int) -> np.ndarray:
