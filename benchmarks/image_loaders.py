@@ -40,9 +40,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fccolit.datamodules.bdd100k import BDD100KDataModule, write_bdd100k  # noqa: E402
-from fccolit.datamodules.chexpert import CheXpertDataModule, write_chexpert  # noqa: E402
-from fccolit.datamodules.cifar import CIFARLTDataModule, write_cifar  # noqa: E402
+from fccolit.datamodules.bdd100k import BDD100KDataModule  # noqa: E402
+from fccolit.datamodules.chexpert import CheXpertDataModule  # noqa: E402
+from fccolit.datamodules.cifar import CIFARLTDataModule  # noqa: E402
+from fccolit.testing import write_bdd100k, write_chexpert, write_cifar  # noqa: E402
 from fccolit.models.vision import ResNet20  # noqa: E402
 
 RESULT = Path(__file__).resolve().parent / "results" / "image_loaders.md"

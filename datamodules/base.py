@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-import warnings
 from typing import Any
 
 from lightning.pytorch import LightningDataModule
@@ -13,11 +12,6 @@ from torch.utils.data import DataLoader, Dataset
 
 from fccolit.data import TensorDictDataset, identity_collate
 from fccolit.samplers import RankAwareBatchSampler, SequentialShardSampler
-
-
-# FCCODataModule saves and restores the training stream's position itself (state_dict below), so Lightning's
-# warning that a plain DataLoader cannot resume mid-epoch does not apply to it.
-warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
 
 
 #: constructor arguments that count batches or batch members: None (the default) or an integer >= 1
@@ -32,6 +26,23 @@ def check_batch_sizes(owner: str, arguments: dict[str, Any]) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
+
+
+class ResumableDataLoader(DataLoader):
+    """The training DataLoader of an :class:`FCCODataModule`.
+
+    Its position is saved and restored by the DataModule (:meth:`FCCODataModule.state_dict` puts the training
+    sampler's position in every checkpoint), so the loader keeps no state of its own; having ``state_dict`` /
+    ``load_state_dict`` tells Lightning that it is resumable, instead of the warning, on a resume from a checkpoint
+    written mid-epoch, that a plain DataLoader may repeat or skip batches.
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        """Empty: the stream position is in the DataModule's state."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to restore: :meth:`FCCODataModule.load_state_dict` restores the training sampler."""
 
 
 class FCCODataModule(LightningDataModule):
@@ -90,10 +101,12 @@ class FCCODataModule(LightningDataModule):
         self.test_dataset = TensorDictDataset(**splits["test"])
 
     # ------------------------------------------------------------------ loaders
-    def _loader(self, dataset: Dataset | None, batch_sampler: Any, stage: str) -> DataLoader:
+    def _loader(
+        self, dataset: Dataset | None, batch_sampler: Any, stage: str, loader: type[DataLoader] = DataLoader
+    ) -> DataLoader:
         if dataset is None:
             raise RuntimeError(f"{type(self).__name__} has no {stage} data: call setup() first")
-        return DataLoader(
+        return loader(
             dataset,
             batch_sampler=batch_sampler,
             collate_fn=identity_collate,
@@ -107,7 +120,7 @@ class FCCODataModule(LightningDataModule):
         if self._sampler_state is not None:
             self._train_sampler.load_state_dict(self._sampler_state)
             self._sampler_state = None
-        return self._loader(self.train_dataset, self._train_sampler, "training")
+        return self._loader(self.train_dataset, self._train_sampler, "training", ResumableDataLoader)
 
     def _eval_loader(self, dataset: Dataset | None, stage: str) -> DataLoader:
         size = len(dataset) if dataset is not None else 0

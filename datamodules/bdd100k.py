@@ -9,7 +9,7 @@ Files (anchor-ecosystem.md §2.6), from https://bdd-data.berkeley.edu/ (free reg
 
 Both label files are a JSON list of frames in the Scalabel format, ``{"name": "<id>.jpg", "attributes":
 {"weather": ..., "scene": ..., "timeofday": ...}, "labels": [...boxes...], ...}``; only ``name`` and
-``attributes`` are read (the frame list is streamed, so the 1 GB training file never sits in memory as Python
+``attributes`` are read (:func:`fccolit.io.bdd100k.read_bdd100k_attributes`; the frame list is streamed, so the 1 GB training file never sits in memory as Python
 objects). Documented attribute values (bdd100k ``doc/format.rst``):
 
 * weather: ``rainy, snowy, clear, overcast, undefined, partly cloudy, foggy``
@@ -50,47 +50,29 @@ fields of :class:`~fccolit.samplers.multilabel.MultiLabelPairDataset` (``"attrib
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
 from fccolit.data import binary_fields
+from fccolit.datasets.images import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, ImageFileDataset, RowOrigin
+from fccolit.datasets.splits import stratified_split
+from fccolit.datasets.transforms import ClipImageTransform
+from fccolit.io.bdd100k import ATTRIBUTE_VALUES, ATTRIBUTES, LABEL_FILES, read_bdd100k_attributes
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
-from fccolit.io.paths import confined_relative_path
-from fccolit.io.ratings import progress_bar
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
 from fccolit.samplers.uniform import UniformBatchSampler
 
 from fccolit.datamodules.base import FCCODataModule
-from fccolit.datamodules.images import IMAGENET_MEAN, IMAGENET_STD, ImageFileDataset, noise_image, stratified_split
 
-__all__ = [
-    "BDD100KDataModule",
-    "ATTRIBUTE_VALUES",
-    "DEFAULT_CLASSES",
-    "ClipImageTransform",
-    "class_prompts",
-    "iter_json_array",
-    "read_bdd100k_attributes",
-    "write_bdd100k",
-]
+__all__ = ["BDD100KDataModule", "ATTRIBUTE_VALUES", "DEFAULT_CLASSES", "class_prompts"]
 
 BDD100K_URL = "https://bdd-data.berkeley.edu/"
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-ATTRIBUTES = ("weather", "scene", "timeofday")
-#: Attribute values documented by BDD100K (doc/format.rst), in the documentation's order.
-ATTRIBUTE_VALUES = {
-    "weather": ("rainy", "snowy", "clear", "overcast", "undefined", "partly cloudy", "foggy"),
-    "scene": ("tunnel", "residential", "parking lot", "undefined", "city street", "gas stations", "highway"),
-    "timeofday": ("daytime", "night", "dawn/dusk", "undefined"),
-}
 #: Classes of each classification task (DevSafety's order for weather and scene).
 DEFAULT_CLASSES = {
     "weather": ("clear", "overcast", "snowy", "rainy", "partly cloudy", "foggy"),
@@ -99,154 +81,12 @@ DEFAULT_CLASSES = {
 }
 _TEMPLATES = {"weather": "the weather is {}.", "scene": "the scene is a {}.", "timeofday": "the time of day is {}."}
 _PROMPT_NAMES = {"residential": "residential area"}  # DevSafety's scene class name in its prompts
-_LABEL_FILES = {
-    "2018": ("labels/bdd100k_labels_images_train.json", "labels/bdd100k_labels_images_val.json"),
-    "2020": ("labels/det_20/det_train.json", "labels/det_20/det_val.json"),
-}
 
 
 def class_prompts(task: str, classes: Sequence[str]) -> list[str]:
     """CLIP prompts of DevSafety's templates: ``"the weather is foggy."``, ``"the scene is a residential area."``
     (time of day: ``"the time of day is night."`` [assumption])."""
     return [_TEMPLATES[task].format(_PROMPT_NAMES.get(c, c)) for c in classes]
-
-
-# ---------------------------------------------------------------------------------------------- the JSON files
-def iter_json_array(path: str | os.PathLike, chunk_chars: int = 1 << 24) -> Iterator[tuple[int, Any]]:
-    """Stream the elements of a JSON file whose top level is a list: yields ``(position, element)``.
-
-    Memory stays at one chunk plus one element, whatever the file size. Errors name the file, the element and
-    the character offset.
-    """
-    path = Path(path)
-    decoder = json.JSONDecoder()
-    bar = progress_bar(path, path.stat().st_size, "reading")  # the 2018 training labels are about 1.5 GB
-    with open(path, encoding="utf-8") as f:
-        buf, pos, offset, eof = "", 0, 0, False  # offset: characters of the file before buf
-
-        def fill() -> bool:
-            nonlocal buf, pos, offset, eof
-            if eof:
-                if bar is not None:
-                    bar.close()
-                return False
-            more = f.read(chunk_chars)
-            if bar is not None:
-                bar.update(len(more))  # characters, about bytes for these ASCII files
-            eof = not more
-            offset += pos
-            buf, pos = buf[pos:] + more, 0
-            return bool(more)
-
-        def skip_ws() -> str:
-            nonlocal pos
-            while True:
-                while pos < len(buf) and buf[pos] in " \t\r\n":
-                    pos += 1
-                if pos < len(buf) or not fill():
-                    return buf[pos] if pos < len(buf) else ""
-
-        if skip_ws() != "[":
-            raise ValueError(f"{path}: expected a JSON list of frames ('[' at the start), found {buf[pos:pos + 20]!r}")
-        pos += 1
-        k = 0
-        if skip_ws() == "]":
-            return
-        while True:
-            while True:
-                try:
-                    obj, end = decoder.raw_decode(buf, pos)
-                except json.JSONDecodeError as err:
-                    if not eof:  # the element may continue in the next chunk
-                        fill()
-                        continue
-                    raise ValueError(f"{path}: invalid JSON in element {k} at character {offset + err.pos}: {err.msg}") from err
-                if end == len(buf) and not eof:  # a number or literal may continue: decode again with more text
-                    fill()
-                    continue
-                break
-            yield k, obj
-            k += 1
-            pos = end
-            sep = skip_ws()
-            if sep == "]":
-                return
-            if sep != ",":
-                raise ValueError(f"{path}: expected ',' or ']' after element {k - 1} at character {offset + pos}, found {sep!r}")
-            pos += 1
-            skip_ws()
-
-
-def read_bdd100k_attributes(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Names and attributes of the frames of a BDD100K labels file (2018 or 2020 layout).
-
-    Returns:
-        ``name`` ``[n]`` str, and for each of ``weather``, ``scene``, ``timeofday`` an ``[n]`` int8 index into
-        :data:`ATTRIBUTE_VALUES` (``undefined`` included).
-    """
-    path = Path(path)
-    names: list[str] = []
-    codes: dict[str, list[int]] = {a: [] for a in ATTRIBUTES}
-    lookup = {a: {v: i for i, v in enumerate(vals)} for a, vals in ATTRIBUTE_VALUES.items()}
-    for k, frame in iter_json_array(path):
-        if not isinstance(frame, dict):
-            raise ValueError(f"{path}: frame {k} is a {type(frame).__name__}, expected an object with 'name' and 'attributes'")
-        name = frame.get("name")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{path}: frame {k}: field 'name' is missing or not a string ({name!r})")
-        confined_relative_path(name, "images/100k/<split>/", f"{path}: frame {k}, field 'name'")
-        attributes = frame.get("attributes")
-        if not isinstance(attributes, dict):
-            raise ValueError(f"{path}: frame {k} ({name}): field 'attributes' is missing or not an object")
-        for a in ATTRIBUTES:
-            value = attributes.get(a)
-            if value not in lookup[a]:
-                raise ValueError(
-                    f"{path}: frame {k} ({name}): field 'attributes.{a}' is {value!r}; documented values are "
-                    f"{list(ATTRIBUTE_VALUES[a])}"
-                )
-            codes[a].append(lookup[a][value])
-        names.append(name)
-    out: dict[str, np.ndarray] = {"name": np.asarray(names, dtype=str) if names else np.zeros(0, dtype="U1")}
-    for a in ATTRIBUTES:
-        out[a] = np.asarray(codes[a], dtype=np.int8)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------- images
-class ClipImageTransform:
-    """CLIP's preprocessing: shorter side to ``size`` (bicubic), center crop ``size × size``; with ``augment`` a
-    random crop position along the longer side and a horizontal flip. Returns uint8 ``[3, size, size]``."""
-
-    def __init__(self, size: int = 224, augment: bool = False) -> None:
-        self.size, self.augment = int(size), augment
-
-    def __call__(self, path: Path) -> torch.Tensor:
-        from PIL import Image
-
-        with Image.open(path) as img:
-            img.draft("RGB", (self.size, self.size))  # JPEG DCT scaling: decode at the smallest scale ≥ size
-            img = img.convert("RGB")
-        w, h = img.size
-        side = min(w, h)  # the square that becomes the crop: resize and crop in one resampling
-        if self.augment:
-            left, top = float(torch.randint(0, w - side + 1, ())), float(torch.randint(0, h - side + 1, ()))
-        else:
-            left, top = (w - side) / 2, (h - side) / 2
-        img = img.resize((self.size, self.size), Image.BICUBIC, box=(left, top, left + side, top + side))
-        if self.augment and bool(torch.rand(()) < 0.5):
-            img = img.transpose(Image.FLIP_LEFT_RIGHT)
-        return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1)
-
-
-class _JsonOrigin:
-    """``row -> "file frame k"`` (picklable for DataLoader workers)."""
-
-    def __init__(self, name: str, frames: np.ndarray) -> None:
-        self.name, self.frames = name, np.asarray(frames)
-
-    def __call__(self, i: int) -> str:
-        return f"{self.name} frame {int(self.frames[i])}"
 
 
 # ---------------------------------------------------------------------------------------------- the DataModule
@@ -361,11 +201,11 @@ class BDD100KDataModule(FCCODataModule):
             raise ValueError(f"labels_version must be 'auto', '2018' or '2020', got {version!r}")
         order = ("2020", "2018") if version == "auto" else (version,)
         for v in order:
-            files = [self.root / f for f in _LABEL_FILES[v]]
+            files = [self.root / f for f in LABEL_FILES[v]]
             if all(f.is_file() for f in files):
                 self.labels_version = v
                 return files
-        wanted = " or ".join(f"{self.root / _LABEL_FILES[v][0]} + {Path(_LABEL_FILES[v][1]).name}" for v in order)
+        wanted = " or ".join(f"{self.root / LABEL_FILES[v][0]} + {Path(LABEL_FILES[v][1]).name}" for v in order)
         raise FileNotFoundError(f"BDD100K labels not found: {wanted}. Download the labels package from {BDD100K_URL} and extract it into {self.root}.")
 
     def _read(self) -> dict[str, np.ndarray]:
@@ -480,7 +320,7 @@ class BDD100KDataModule(FCCODataModule):
         folder = self.image_dirs["val" if source == "test" else "train"]
         mean, std = (CLIP_MEAN, CLIP_STD) if self.normalization == "clip" else (IMAGENET_MEAN, IMAGENET_STD)
         load = ClipImageTransform(self.image_size, augment=self.augment and split == "train")
-        origin = _JsonOrigin(str(self.label_files[0 if source == "train" else 1]), info["rows"])
+        origin = RowOrigin(str(self.label_files[0 if source == "train" else 1]), info["rows"], "frame")
         return ImageFileDataset(folder, [str(n) for n in names], self._fields(split), load, mean, std, origin)
 
     def setup(self, stage: str | None = None) -> None:
@@ -528,62 +368,3 @@ class BDD100KDataModule(FCCODataModule):
         if self.train_dataset is None:
             self.setup("fit")
         return self._loader(self.train_dataset, self.constraint_sampler(classes_per_batch, samples_per_class, num_batches), "constraint")
-
-
-# ---------------------------------------------------------------------------------------------- writing the format
-def write_bdd100k(
-    root: str | os.PathLike,
-    frames: dict[str, Sequence[dict[str, str]]] | None = None,
-    num_frames: tuple[int, int] = (60, 20),
-    version: Literal["2018", "2020"] = "2018",
-    image_size: tuple[int, int] = (1280, 720),
-    write_images: bool = True,
-    seed: int = 0,
-) -> Path:
-    """Write a small data set in BDD100K's layout: the labels JSON of ``version`` and JPEG frames under
-    ``images/100k/{train,val}/`` (for tests and loader benchmarks).
-
-    Args:
-        frames: ``{"train": [attributes...], "val": [...]}``, one ``{"weather": ..., "scene": ..., "timeofday": ...}``
-            per frame; None draws ``num_frames`` (train, val) frames with random documented values.
-        image_size: (width, height) of the JPEGs (the release: 1280 × 720).
-        write_images: also write the JPEGs.
-
-    Returns:
-        ``root``.
-    """
-    root = Path(root)
-    rng = np.random.default_rng(seed)
-    from PIL import Image
-
-    if frames is None:
-        frames = {
-            split: [{a: str(rng.choice(ATTRIBUTE_VALUES[a])) for a in ATTRIBUTES} for _ in range(n)]
-            for split, n in zip(("train", "val"), num_frames)
-        }
-    for split, label_file in zip(("train", "val"), _LABEL_FILES[version]):
-        records = []
-        for i, attributes in enumerate(frames[split]):
-            name = f"{split[0]}{seed:02d}{i:06x}-{int(rng.integers(16**8)):08x}.jpg"
-            box = {"x1": 10.0, "y1": 20.0, "x2": 110.5, "y2": 220.25}
-            record: dict[str, Any] = {"name": name, "attributes": dict(attributes), "timestamp": 10000}
-            if version == "2018":
-                record["labels"] = [
-                    {"category": "car", "attributes": {"occluded": False, "truncated": False, "trafficLightColor": "none"}, "manualShape": True, "manualAttributes": True, "box2d": box, "id": 0},
-                    {"category": "drivable area", "attributes": {"areaType": "direct"}, "manualShape": True, "manualAttributes": True, "poly2d": [{"vertices": [[0, 0], [5, 5], [0, 5]], "types": "LLL", "closed": True}], "id": 1},
-                ]
-            else:
-                record.update(videoName=name[:-4], frameIndex=0)
-                if i % 3:  # det_20 frames without objects have no "labels" field
-                    record["labels"] = [{"id": "1", "category": "pedestrian", "attributes": {"occluded": True, "truncated": False, "crowd": False}, "box2d": box}]
-            records.append(record)
-            if write_images:
-                target = root / "images" / "100k" / split / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                # about 70 KB at 1280 × 720 (the release averages about 53 KB: 5.3 GB for 100k frames)
-                Image.fromarray(noise_image(rng, image_size, 3, grain=3)).save(target, quality=75)
-        (root / "images" / "100k" / split).mkdir(parents=True, exist_ok=True)
-        path = root / label_file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(records, indent=None if version == "2018" else 1))
-    return root

@@ -46,8 +46,6 @@ Batch fields: ``x`` ``[B, 3, S, S]`` float32 and ``index`` (row in the split), p
 
 from __future__ import annotations
 
-import csv
-import math
 import os
 import re
 from pathlib import Path
@@ -57,143 +55,23 @@ import numpy as np
 import torch
 
 from fccolit.data import binary_fields
+from fccolit.datasets.images import IMAGENET_MEAN, IMAGENET_STD, ImageFileDataset, RowOrigin
+from fccolit.datasets.transforms import ChestXrayTransform
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
-from fccolit.io.paths import confined_relative_path
+from fccolit.io.chexpert import (
+    COMPETITION_LABELS, OBSERVATIONS, apply_uncertainty, read_chexpert_csv, strip_release_prefix,
+)
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
 
 from fccolit.datamodules.base import FCCODataModule
-from fccolit.datamodules.images import IMAGENET_MEAN, IMAGENET_STD, ImageFileDataset, noise_image
 
-__all__ = [
-    "CheXpertDataModule",
-    "ChestXrayTransform",
-    "COMPETITION_LABELS",
-    "OBSERVATIONS",
-    "apply_uncertainty",
-    "read_chexpert_csv",
-    "write_chexpert",
-]
+__all__ = ["CheXpertDataModule", "COMPETITION_LABELS", "DEFAULT_UNCERTAINTY", "OBSERVATIONS"]
 
 CHEXPERT_URL = "https://stanfordmlgroup.github.io/competitions/chexpert/"
-OBSERVATIONS = (
-    "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
-    "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion", "Pleural Other", "Fracture",
-    "Support Devices",
-)
-#: The five competition findings, in LibAUC's ``train_cols`` order (= seed 003's D1..D5).
-COMPETITION_LABELS = ("Cardiomegaly", "Edema", "Consolidation", "Atelectasis", "Pleural Effusion")
 DEFAULT_UNCERTAINTY = {"Edema": "ones", "Atelectasis": "ones"}  # every other label: "zeros"
 _POLICIES = ("ones", "zeros", "ignore")
-_VALUES = {"1.0": 1.0, "1": 1.0, "0.0": 0.0, "0": 0.0, "-1.0": -1.0, "-1": -1.0, "": math.nan}
 _PATIENT = re.compile(r"patient(\d+)")
-
-
-class ChestXrayTransform:
-    """LibAUC's CheXpert image pipeline: grayscale → (training) ``RandomAffine(±15°, translate 0.05, scale
-    0.95–1.05)`` → resize to ``size × size`` → 3 channels. Returns uint8 ``[3, size, size]``.
-
-    JPEG decoding uses PIL's draft mode (DCT scaling to at least ``size``), which makes the full-resolution
-    ``CheXpert-v1.0`` images cheap to read; the ``-small`` images are decoded as they are.
-    """
-
-    def __init__(self, size: int = 320, augment: bool = False) -> None:
-        self.size, self.augment = int(size), augment
-        self._affine = None
-
-    def __call__(self, path: Path) -> torch.Tensor:
-        from PIL import Image
-
-        with Image.open(path) as img:
-            img.draft("L", (self.size, self.size))
-            img = img.convert("L")
-        if self.augment:
-            if self._affine is None:
-                from torchvision.transforms import InterpolationMode, v2
-
-                self._affine = v2.RandomAffine(degrees=15, translate=(0.05, 0.05), scale=(0.95, 1.05), interpolation=InterpolationMode.BILINEAR)
-            img = self._affine(img)
-        img = img.resize((self.size, self.size), Image.BILINEAR)
-        return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).unsqueeze(0).expand(3, -1, -1)
-
-
-# ---------------------------------------------------------------------------------------------- the CSV files
-def read_chexpert_csv(path: str | os.PathLike, labels: Sequence[str]) -> dict[str, np.ndarray]:
-    """Parse a CheXpert ``train.csv`` / ``valid.csv``.
-
-    Returns:
-        ``path`` ``[n]`` bytes (the ``Path`` column), ``line`` ``[n]`` int32 (1-based line of the row),
-        ``frontal`` ``[n]`` bool (``Frontal/Lateral == "Frontal"``), ``raw`` ``[n, T]`` float32 of the ``labels``
-        columns: 1, 0, −1 (uncertain) or NaN (blank).
-
-    Raises:
-        ValueError: naming the file, line and field: a malformed row, or a ``Path`` that would leave the release
-            folder (absolute, or with a ``..`` component).
-    """
-    path = Path(path)
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise ValueError(f"{path}: empty file (expected a header line starting with 'Path')")
-        header = [h.strip() for h in header]
-        needed = ["Path", "Frontal/Lateral", *labels]
-        missing = [c for c in needed if c not in header]
-        if missing:
-            raise ValueError(f"{path} line 1: missing column(s) {missing}; the header has {header}")
-        col = {c: header.index(c) for c in needed}
-        paths, lines, frontal, raw = [], [], [], []
-        for row in reader:
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            line = reader.line_num
-            if len(row) != len(header):
-                raise ValueError(f"{path} line {line}: {len(row)} fields, the header has {len(header)}")
-            if not row[col["Path"]].strip():
-                raise ValueError(f"{path} line {line}: field 'Path' is empty")
-            confined_relative_path(row[col["Path"]].strip(), path.parent, f"{path} line {line}, field 'Path'")
-            values = []
-            for name in labels:
-                cell = row[col[name]].strip()
-                if cell not in _VALUES:
-                    raise ValueError(
-                        f"{path} line {line}: field '{name}' is {cell!r}; CheXpert labels are 1.0, 0.0, -1.0 or blank"
-                    )
-                values.append(_VALUES[cell])
-            view = row[col["Frontal/Lateral"]].strip()
-            if view not in ("Frontal", "Lateral"):
-                raise ValueError(f"{path} line {line}: field 'Frontal/Lateral' is {view!r}, expected 'Frontal' or 'Lateral'")
-            paths.append(row[col["Path"]].strip().encode())
-            lines.append(line)
-            frontal.append(view == "Frontal")
-            raw.append(values)
-    return {
-        "path": np.asarray(paths, dtype=bytes) if paths else np.zeros(0, dtype="S1"),
-        "line": np.asarray(lines, dtype=np.int32),
-        "frontal": np.asarray(frontal, dtype=bool),
-        "raw": np.asarray(raw, dtype=np.float32).reshape(len(paths), len(labels)),
-    }
-
-
-def apply_uncertainty(raw: np.ndarray, policies: Sequence[str], blank: str = "zeros") -> np.ndarray:
-    """Map raw CheXpert labels ``[n, T]`` (1, 0, −1, NaN) to ``[n, T]`` int8 in {1, 0, −1 = unlabeled}.
-
-    ``policies[t]`` maps −1 of label ``t``: ``"ones"`` → 1, ``"zeros"`` → 0, ``"ignore"`` → −1; ``blank`` maps
-    NaN: ``"zeros"`` → 0, ``"ignore"`` → −1.
-    """
-    out = np.where(raw == 1, 1, 0).astype(np.int8)
-    fill = {"ones": 1, "zeros": 0, "ignore": -1}
-    for t, policy in enumerate(policies):
-        out[raw[:, t] == -1, t] = fill[policy]
-    out[np.isnan(raw)] = fill[blank]
-    return out
-
-
-def _strip_release_prefix(rel: bytes) -> bytes:
-    parts = rel.replace(b"\\", b"/").split(b"/")
-    if parts and parts[0].startswith(b"CheXpert-v1.0"):
-        parts = parts[1:]
-    return b"/".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------- the DataModule
@@ -360,7 +238,7 @@ class CheXpertDataModule(FCCODataModule):
         info = self._splits[split]
         source = info["source"]
         csv_name = "train.csv" if source == "train" else "valid.csv"
-        rel = [_strip_release_prefix(bytes(p)) for p in np.asarray(self._arrays[f"{source}_path"])[info["rows"]]]
+        rel = [strip_release_prefix(bytes(p)) for p in np.asarray(self._arrays[f"{source}_path"])[info["rows"]]]
         lines = np.asarray(self._arrays[f"{source}_line"])[info["rows"]]
         labels = torch.from_numpy(info["labels"].astype(np.int64))
         if self.task == "multilabel":
@@ -369,7 +247,7 @@ class CheXpertDataModule(FCCODataModule):
             fields = binary_fields(torch.empty(labels.shape[0], 0), labels[:, 0])
             del fields["x"]
         load = ChestXrayTransform(self.image_size, augment=self.augment and split == "train")
-        origin = _CsvOrigin(str(self.data_dir / csv_name), lines)
+        origin = RowOrigin(str(self.data_dir / csv_name), lines)
         dataset = ImageFileDataset(self.data_dir, rel, fields, load, IMAGENET_MEAN, IMAGENET_STD, origin)
         if self.verify_images:
             missing = [i for i in range(len(dataset)) if not dataset.path(i).is_file()]
@@ -392,77 +270,3 @@ class CheXpertDataModule(FCCODataModule):
         block = self.batch_size // self.tasks_per_batch
         positives = block // 2 if self.num_positives is None else int(self.num_positives)
         return MultiLabelSampler(y, self.tasks_per_batch, positives, block - positives, self.num_batches, seed=self.seed)
-
-
-class _CsvOrigin:
-    """``row -> "file line k"`` (picklable for DataLoader workers)."""
-
-    def __init__(self, name: str, lines: np.ndarray) -> None:
-        self.name, self.lines = name, np.asarray(lines)
-
-    def __call__(self, i: int) -> str:
-        return f"{self.name} line {int(self.lines[i])}"
-
-
-# ---------------------------------------------------------------------------------------------- writing the format
-def write_chexpert(
-    root: str | os.PathLike,
-    num_patients: int = 12,
-    num_valid_patients: int = 4,
-    studies_per_patient: int = 2,
-    image_size: tuple[int, int] = (390, 320),
-    labels: dict[str, Sequence[float]] | None = None,
-    folder: str = "CheXpert-v1.0-small",
-    seed: int = 0,
-) -> tuple[Path, list[dict[str, str]]]:
-    """Write a small data set in CheXpert's exact layout: ``root/<folder>/{train,valid}.csv`` and grayscale JPEGs
-    ``root/<folder>/{train,valid}/patientNNNNN/studyK/view1_frontal.jpg`` (plus a lateral view for every other
-    study). For tests and loader benchmarks.
-
-    Training labels are drawn from {1.0, 0.0, -1.0, blank}; validation labels from {1.0, 0.0} (like the release).
-
-    Args:
-        image_size: (width, height) of the JPEGs (the -small release: about 390 × 320).
-        labels: optional fixed values per observation for the training rows, cycled (NaN writes a blank cell).
-
-    Returns:
-        (the release folder, the training rows as written: dicts of column → cell text).
-    """
-    rng = np.random.default_rng(seed)
-    base = Path(root) / folder
-    header = ["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA", *OBSERVATIONS]
-    written: list[dict[str, str]] = []
-    from PIL import Image
-
-    def cell(value: float) -> str:
-        return "" if isinstance(value, float) and math.isnan(value) else f"{float(value):.1f}"
-
-    for split, patients, first in (("train", num_patients, 1), ("valid", num_valid_patients, 64541)):
-        rows = []
-        for p in range(patients):
-            for s in range(1, studies_per_patient + 1):
-                views = [("view1_frontal.jpg", "Frontal", "AP" if rng.random() < 0.7 else "PA")]
-                if s % 2 == 0:
-                    views.append(("view2_lateral.jpg", "Lateral", ""))
-                for name, view, appa in views:
-                    rel = f"{folder}/{split}/patient{first + p:05d}/study{s}/{name}"
-                    target = Path(root) / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    Image.fromarray(noise_image(rng, image_size, 1)).save(target, quality=90)
-                    row = {"Path": rel, "Sex": "Male" if rng.random() < 0.5 else "Female", "Age": str(int(rng.integers(18, 90))), "Frontal/Lateral": view, "AP/PA": appa}
-                    for obs in OBSERVATIONS:
-                        if split == "train" and labels is not None and obs in labels:
-                            values = labels[obs]
-                            row[obs] = cell(values[len(rows) % len(values)])
-                        elif split == "train":
-                            row[obs] = ["1.0", "0.0", "-1.0", ""][int(rng.choice(4, p=[0.25, 0.25, 0.15, 0.35]))]
-                        else:
-                            row[obs] = "1.0" if rng.random() < 0.35 else "0.0"
-                    rows.append(row)
-        with open(base / f"{split}.csv", "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(rows)
-        if split == "train":
-            written = rows
-    return base, written

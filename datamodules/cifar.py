@@ -10,7 +10,7 @@ Each file is a pickled dict written by Python 2 (keys are ``str`` with ``encodin
 ``encoding="bytes"``; both are accepted, as are files re-saved from Python 3 with either key type): ``data`` is a
 ``[n, 3072]`` uint8 array, each row 1024 red, then 1024 green, then 1024 blue values of a 32×32 image in row-major
 order; ``labels`` (CIFAR-10) or ``fine_labels`` / ``coarse_labels`` (CIFAR-100) are lists of ints; the meta file has
-``label_names`` / ``fine_label_names``. ``download=True`` fetches and extracts the archive with torchvision's
+``label_names`` / ``fine_label_names`` (reader: :mod:`fccolit.io.cifar`). ``download=True`` fetches and extracts the archive with torchvision's
 downloader (never used by the tests).
 
 Long tail (Cao et al. 2019, LDAM-DRW, ``imbalance_cifar.py``; anchor-ecosystem.md §2.5): with ``C`` classes,
@@ -53,10 +53,7 @@ with shuffled training batches (:class:`~fccolit.samplers.uniform.UniformBatchSa
 
 from __future__ import annotations
 
-import io
 import os
-import pickle
-import struct
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -64,92 +61,20 @@ import numpy as np
 import torch
 
 from fccolit.data import binary_fields
+from fccolit.datasets.images import ImageArrayDataset
+from fccolit.datasets.splits import stratified_split
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
+from fccolit.io.cifar import CIFAR_SPECS, read_cifar_batch, read_cifar_names
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.samplers.uniform import UniformBatchSampler
 
 from fccolit.datamodules.base import FCCODataModule
-from fccolit.datamodules.images import ImageArrayDataset, stratified_split
 
-__all__ = [
-    "CIFARLTDataModule",
-    "long_tail_counts",
-    "long_tail_indices",
-    "read_cifar_batch",
-    "write_cifar",
-]
+__all__ = ["CIFARLTDataModule", "long_tail_counts", "long_tail_indices"]
 
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
-
-_SPECS: dict[str, dict[str, Any]] = {
-    "cifar10": {
-        "folder": "cifar-10-batches-py",
-        "archive": "cifar-10-python.tar.gz",
-        "train": [f"data_batch_{i}" for i in range(1, 6)],
-        "test": ["test_batch"],
-        "meta": "batches.meta",
-        "label_key": "labels",
-        "names_key": "label_names",
-        "num_classes": 10,
-    },
-    "cifar100": {
-        "folder": "cifar-100-python",
-        "archive": "cifar-100-python.tar.gz",
-        "train": ["train"],
-        "test": ["test"],
-        "meta": "meta",
-        "label_key": "fine_labels",
-        "names_key": "fine_label_names",
-        "num_classes": 100,
-    },
-}
 _TASKS = ("multiclass", "one_vs_rest", "binary_imbalanced")
 _DEFAULT_VAL = {"multiclass": 0.0, "one_vs_rest": 0.1, "binary_imbalanced": 0.2}
-
-
-# ---------------------------------------------------------------------------------------------- reading the pickles
-def _load_pickle(path: Path) -> dict[str, Any]:
-    """A CIFAR pickle as a dict with ``str`` keys (Python 2 files and re-saved Python 3 files alike)."""
-    try:
-        with open(path, "rb") as f:
-            obj = pickle.load(f, encoding="latin1")
-    except Exception as err:  # noqa: BLE001 - truncated, not a pickle, ...: name the file
-        raise ValueError(f"{path}: not a readable CIFAR python pickle ({type(err).__name__}: {err})") from err
-    if not isinstance(obj, dict):
-        raise ValueError(f"{path}: a CIFAR pickle holds a dict, this one holds {type(obj).__name__}")
-    return {k.decode("latin1") if isinstance(k, bytes) else str(k): v for k, v in obj.items()}
-
-
-def _field(obj: dict[str, Any], key: str, path: Path) -> Any:
-    if key not in obj:
-        raise ValueError(f"{path}: missing key '{key}' (keys found: {sorted(obj)})")
-    return obj[key]
-
-
-def read_cifar_batch(path: str | os.PathLike, label_key: str = "labels") -> tuple[np.ndarray, np.ndarray]:
-    """One CIFAR data file.
-
-    Returns:
-        ``images`` ``[n, 32, 32, 3]`` uint8 (HWC, as torchvision decodes them) and ``labels`` ``[n]`` int64.
-    """
-    path = Path(path)
-    obj = _load_pickle(path)
-    data = np.asarray(_field(obj, "data", path))
-    labels = _field(obj, label_key, path)
-    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-        raise ValueError(f"{path}: field 'data' must be a [n, 3072] uint8 array, got {data.dtype} {data.shape}")
-    try:
-        labels = np.asarray(labels, dtype=np.int64).reshape(-1)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{path}: field '{label_key}' must be a list of integers ({err})") from err
-    if labels.shape[0] != data.shape[0]:
-        raise ValueError(f"{path}: field '{label_key}' has {labels.shape[0]} labels for {data.shape[0]} images")
-    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
-
-
-def _read_names(path: Path, key: str) -> list[str]:
-    names = _field(_load_pickle(path), key, path)
-    return [n.decode("latin1") if isinstance(n, bytes) else str(n) for n in names]
 
 
 # ---------------------------------------------------------------------------------------------- the long tail
@@ -248,8 +173,8 @@ class CIFARLTDataModule(FCCODataModule):
         cache_dir: str | os.PathLike | None = None,
     ) -> None:
         super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
-        if dataset not in _SPECS:
-            raise ValueError(f"dataset must be one of {sorted(_SPECS)}, got {dataset!r}")
+        if dataset not in CIFAR_SPECS:
+            raise ValueError(f"dataset must be one of {sorted(CIFAR_SPECS)}, got {dataset!r}")
         if task not in _TASKS:
             raise ValueError(f"task must be one of {_TASKS}, got {task!r}")
         if sampler not in ("dual", "uniform"):
@@ -266,7 +191,7 @@ class CIFARLTDataModule(FCCODataModule):
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
         self.positive_keep, self.augment = float(positive_keep), augment
         self.batch_size, self.num_positives, self.num_batches, self.seed = batch_size, num_positives, num_batches, seed
-        spec = _SPECS[dataset]
+        spec = CIFAR_SPECS[dataset]
         self.folder = self._find_folder(Path(root), spec, download)
         files = [self.folder / n for n in (*spec["train"], *spec["test"], spec["meta"])]
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(root)
@@ -313,7 +238,7 @@ class CIFARLTDataModule(FCCODataModule):
                     f"{self.dataset} (0..{spec['num_classes'] - 1})"
                 )
             arrays[f"{split}_images"], arrays[f"{split}_labels"] = images, labels
-        names = _read_names(self.folder / spec["meta"], spec["names_key"])
+        names = read_cifar_names(self.folder / spec["meta"], spec["names_key"])
         if len(names) != spec["num_classes"]:
             raise ValueError(f"{self.folder / spec['meta']}: '{spec['names_key']}' has {len(names)} names, expected {spec['num_classes']}")
         arrays["class_names"] = np.asarray(names, dtype=str)
@@ -399,96 +324,3 @@ class CIFARLTDataModule(FCCODataModule):
         if self.task == "multiclass" or self.sampler == "uniform":
             return UniformBatchSampler(self.sizes["num_samples"], self.batch_size, self.num_batches, seed=self.seed)
         return DualSampler(self._fields["train"]["y"], self.batch_size, self.num_positives, num_batches=self.num_batches, seed=self.seed)
-
-
-# ---------------------------------------------------------------------------------------------- writing the format
-class _Python2Pickler(pickle._Pickler):  # type: ignore[misc]
-    """Writes pickles the way the CIFAR files were written (cPickle, protocol 2, Python 2): every ``str`` and
-    ``bytes`` as a Python 2 byte string, numpy classes under their numpy 1.x module names."""
-
-    dispatch = pickle._Pickler.dispatch.copy()  # type: ignore[attr-defined]
-
-    def save_py2_str(self, obj: str | bytes) -> None:
-        data = obj.encode("latin-1") if isinstance(obj, str) else bytes(obj)
-        if len(data) < 256:
-            self.write(pickle.SHORT_BINSTRING + bytes([len(data)]) + data)
-        else:
-            self.write(pickle.BINSTRING + struct.pack("<i", len(data)) + data)
-        self.memoize(obj)
-
-    dispatch[str] = save_py2_str
-    dispatch[bytes] = save_py2_str
-
-    def save_global(self, obj: Any, name: str | None = None) -> None:
-        module = getattr(obj, "__module__", "") or ""
-        if module.startswith("numpy._core"):
-            qual = name or obj.__qualname__
-            self.write(pickle.GLOBAL + ("numpy.core" + module[len("numpy._core") :]).encode() + b"\n" + qual.encode() + b"\n")
-            self.memoize(obj)
-            return
-        super().save_global(obj, name)
-
-
-def _dump(path: Path, obj: dict[str, Any], key_style: str) -> None:
-    if key_style == "python2":
-        buffer = io.BytesIO()
-        _Python2Pickler(buffer, protocol=2).dump(obj)
-        path.write_bytes(buffer.getvalue())
-    elif key_style == "bytes":
-        path.write_bytes(pickle.dumps({k.encode(): v for k, v in obj.items()}, protocol=4))
-    elif key_style == "str":
-        path.write_bytes(pickle.dumps(obj, protocol=4))
-    else:
-        raise ValueError(f"key_style must be 'python2', 'bytes' or 'str', got {key_style!r}")
-
-
-def write_cifar(
-    root: str | os.PathLike,
-    train_images: np.ndarray,
-    train_labels: np.ndarray,
-    test_images: np.ndarray,
-    test_labels: np.ndarray,
-    dataset: Literal["cifar10", "cifar100"] = "cifar10",
-    class_names: Sequence[str] | None = None,
-    key_style: Literal["python2", "bytes", "str"] = "python2",
-) -> Path:
-    """Write images in the exact layout and format of the CIFAR python release (for tests and benchmarks).
-
-    ``key_style="python2"`` reproduces the released files (Python 2 strings: ``str`` keys under
-    ``encoding="latin1"``, ``bytes`` keys under ``encoding="bytes"``); ``"bytes"`` / ``"str"`` write Python 3
-    pickles with that key type. CIFAR-10's training set is cut into five ``data_batch_*`` files.
-
-    Args:
-        train_images, test_images: ``[n, 32, 32, 3]`` uint8. train_labels, test_labels: ``[n]`` ints.
-
-    Returns:
-        the data folder (``root/cifar-10-batches-py`` or ``root/cifar-100-python``).
-    """
-    spec = _SPECS[dataset]
-    folder = Path(root) / spec["folder"]
-    folder.mkdir(parents=True, exist_ok=True)
-    names = list(class_names) if class_names is not None else [f"class{i}" for i in range(spec["num_classes"])]
-
-    def record(images: np.ndarray, labels: np.ndarray, label: str, offset: int) -> dict[str, Any]:
-        images = np.asarray(images, dtype=np.uint8)
-        data = np.ascontiguousarray(images.transpose(0, 3, 1, 2).reshape(len(images), 3072))
-        labels = [int(v) for v in labels]
-        out: dict[str, Any] = {"batch_label": label}
-        if dataset == "cifar10":
-            out["labels"] = labels
-        else:
-            out.update(fine_labels=labels, coarse_labels=[v // 5 for v in labels])
-        out.update(data=data, filenames=[f"image_{offset + i:06d}.png" for i in range(len(labels))])
-        return out
-
-    train_parts = np.array_split(np.arange(len(train_labels)), len(spec["train"]))
-    for i, (name, part) in enumerate(zip(spec["train"], train_parts)):
-        _dump(folder / name, record(train_images[part], np.asarray(train_labels)[part], f"training batch {i + 1} of {len(spec['train'])}", int(part[0]) if part.size else 0), key_style)
-    _dump(folder / spec["test"][0], record(test_images, test_labels, "testing batch 1 of 1", 0), key_style)
-    meta: dict[str, Any] = {spec["names_key"]: names}
-    if dataset == "cifar10":
-        meta.update(num_cases_per_batch=len(train_parts[0]), num_vis=3072)
-    else:
-        meta["coarse_label_names"] = [f"super{i}" for i in range(20)]
-    _dump(folder / spec["meta"], meta, key_style)
-    return folder

@@ -26,13 +26,12 @@ Preprocessing (cached, keyed by the raw files and every option below):
   score_text) and outcomes (is_recid, ...) are not features. Stratified train / validation / test splits.
 * ``include_group_feature=False`` drops the protected attribute (sex / race) from the features.
 
-Errors name the file, the line and the field. ``write_adult_files`` and ``write_compas_file`` write small files in
-the exact real formats (tests, examples).
+Readers: :mod:`fccolit.io.fairness` (errors name the file, the line and the field). Small files in the exact real
+formats: :func:`fccolit.testing.write_adult_files` and :func:`fccolit.testing.write_compas_file`.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 from pathlib import Path
 from typing import Literal
@@ -42,162 +41,16 @@ import torch
 
 from fccolit.data import binary_fields, binary_sizes
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
-from fccolit.io.libsvm import fits_storage
+from fccolit.io.fairness import (
+    ADULT_CATEGORICAL, ADULT_CONTINUOUS, ADULT_URL, COMPAS_CATEGORICAL, COMPAS_CONTINUOUS, COMPAS_URL, Table,
+    missing_file_error, parse_adult, parse_compas,
+)
 
 from fccolit.datamodules.grouped import GroupedDataModule
 
-__all__ = [
-    "FairnessDataModule",
-    "ADULT_COLUMNS",
-    "COMPAS_COLUMNS",
-    "parse_adult",
-    "parse_compas",
-    "write_adult_files",
-    "write_compas_file",
-]
+__all__ = ["FairnessDataModule"]
 
-ADULT_URL = "https://archive.ics.uci.edu/dataset/2/adult"
-COMPAS_URL = "https://github.com/propublica/compas-analysis"
-ADULT_COLUMNS = (
-    "age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation", "relationship",
-    "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country", "income",
-)
-ADULT_CONTINUOUS = ("age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week")
-ADULT_CATEGORICAL = ("workclass", "education", "marital-status", "occupation", "relationship", "race", "sex", "native-country")
-#: The header of ``compas-scores-two-years.csv`` (ProPublica), in order.
-COMPAS_COLUMNS = (
-    "id", "name", "first", "last", "compas_screening_date", "sex", "dob", "age", "age_cat", "race", "juv_fel_count",
-    "decile_score", "juv_misd_count", "juv_other_count", "priors_count", "days_b_screening_arrest", "c_jail_in",
-    "c_jail_out", "c_case_number", "c_offense_date", "c_arrest_date", "c_days_from_compas", "c_charge_degree",
-    "c_charge_desc", "is_recid", "r_case_number", "r_charge_degree", "r_days_from_arrest", "r_offense_date",
-    "r_charge_desc", "r_jail_in", "r_jail_out", "violent_recid", "is_violent_recid", "vr_case_number",
-    "vr_charge_degree", "vr_offense_date", "vr_charge_desc", "type_of_assessment", "decile_score", "score_text",
-    "screening_date", "v_type_of_assessment", "v_decile_score", "v_score_text", "v_screening_date", "in_custody",
-    "out_custody", "priors_count", "start", "end", "event", "two_year_recid",
-)
-COMPAS_CONTINUOUS = ("age", "juv_fel_count", "juv_misd_count", "juv_other_count", "priors_count")
-COMPAS_CATEGORICAL = ("sex", "age_cat", "c_charge_degree", "race")
-_COMPAS_FILTER = ("days_b_screening_arrest", "is_recid", "score_text")
 _SPLITS = ("train", "val", "test")
-
-
-class _Table:
-    """Parsed rows: ``columns[name]`` (list of str), ``y`` / ``group`` (int8 arrays) and source ``lines``."""
-
-    def __init__(self, columns: dict[str, list[str]], y: list[int], group: list[int], lines: list[int]) -> None:
-        self.columns, self.lines = columns, np.asarray(lines, dtype=np.int64)
-        self.y, self.group = np.asarray(y, dtype=np.int8), np.asarray(group, dtype=np.int8)
-
-    def __len__(self) -> int:
-        return self.y.size
-
-
-def _missing(path: Path, what: str, url: str) -> FileNotFoundError:
-    folder = path.parent
-    listing = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else None
-    where = f"Files in {folder}: {', '.join(listing) or '(none)'}." if listing is not None else f"{folder} does not exist."
-    return FileNotFoundError(f"{what} file not found: {path}. {where} Download it from {url} into {folder}.")
-
-
-def _number(text: str, path: Path, line: int, field: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{path}, line {line}, field '{field}': cannot read {text!r} as a number") from None
-    if not fits_storage(value):  # nan, inf, or beyond the float32 feature matrix (1e300)
-        raise ValueError(
-            f"{path}, line {line}, field '{field}': {text!r} is not a finite number within the float32 range of the "
-            "features (|value| <= 3.4e38)"
-        )
-    return value
-
-
-def parse_adult(path: str | os.PathLike, missing: Literal["keep", "drop"] = "keep") -> _Table:
-    """Read ``adult.data`` or ``adult.test``: skips ``|`` comment lines and empty lines, strips the test labels'
-    period. Continuous fields are checked to be numbers; ``?`` is kept as a category or drops the row."""
-    path = Path(path)
-    if not path.is_file():
-        raise _missing(path, "UCI Adult", ADULT_URL)
-    columns: dict[str, list[str]] = {c: [] for c in ADULT_COLUMNS[:-1]}
-    y, group, lines = [], [], []
-    with open(path, encoding="utf-8", errors="strict") as f:
-        for line_no, line in enumerate(f, start=1):
-            text = line.strip()
-            if not text or text.startswith("|"):
-                continue
-            fields = [v.strip() for v in text.split(",")]
-            if len(fields) != len(ADULT_COLUMNS):
-                raise ValueError(
-                    f"{path}, line {line_no}: expected {len(ADULT_COLUMNS)} comma-separated fields "
-                    f"({', '.join(ADULT_COLUMNS)}), got {len(fields)}"
-                )
-            record = dict(zip(ADULT_COLUMNS, fields))
-            label = record["income"].rstrip(".")
-            if label not in (">50K", "<=50K"):
-                raise ValueError(f"{path}, line {line_no}, field 'income': expected '>50K' or '<=50K', got {record['income']!r}")
-            for name in ADULT_CONTINUOUS:
-                _number(record[name], path, line_no, name)
-            if record["sex"] not in ("Male", "Female"):
-                raise ValueError(f"{path}, line {line_no}, field 'sex': expected 'Male' or 'Female', got {record['sex']!r}")
-            if missing == "drop" and any(record[c] == "?" for c in ADULT_CATEGORICAL):
-                continue
-            for name in columns:
-                columns[name].append(record[name])
-            y.append(int(label == ">50K"))
-            group.append(int(record["sex"] == "Female"))
-            lines.append(line_no)
-    if not y:
-        raise ValueError(f"{path}: no data rows")
-    return _Table(columns, y, group, lines)
-
-
-def parse_compas(path: str | os.PathLike, propublica_filter: bool = True) -> _Table:
-    """Read ``compas-scores-two-years.csv`` (columns found by name, first occurrence of a repeated name)."""
-    path = Path(path)
-    if not path.is_file():
-        raise _missing(path, "ProPublica COMPAS", COMPAS_URL)
-    needed = COMPAS_CONTINUOUS + COMPAS_CATEGORICAL + ("two_year_recid",) + (_COMPAS_FILTER if propublica_filter else ())
-    columns: dict[str, list[str]] = {c: [] for c in COMPAS_CONTINUOUS + COMPAS_CATEGORICAL}
-    y, group, lines = [], [], []
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise ValueError(f"{path}: the file is empty (expected the header line of {COMPAS_URL}'s CSV)")
-        position: dict[str, int] = {}
-        for i, name in enumerate(header):
-            position.setdefault(name.strip(), i)
-        absent = [c for c in needed if c not in position]
-        if absent:
-            raise ValueError(f"{path}, line 1: the header has no column {', '.join(repr(c) for c in absent)}")
-        for row in reader:
-            line_no = reader.line_num
-            if not row or all(not v.strip() for v in row):
-                continue
-            if len(row) != len(header):
-                raise ValueError(f"{path}, line {line_no}: expected {len(header)} fields as in the header, got {len(row)}")
-            record = {c: row[position[c]].strip() for c in needed}
-            if propublica_filter:
-                days = record["days_b_screening_arrest"]
-                if days in ("", "NA") or abs(_number(days, path, line_no, "days_b_screening_arrest")) > 30:
-                    continue
-                if _number(record["is_recid"], path, line_no, "is_recid") == -1:
-                    continue
-                if record["c_charge_degree"] == "O" or record["score_text"] == "N/A":
-                    continue
-            label = record["two_year_recid"]
-            if label not in ("0", "1"):
-                raise ValueError(f"{path}, line {line_no}, field 'two_year_recid': expected 0 or 1, got {label!r}")
-            for name in COMPAS_CONTINUOUS:
-                _number(record[name], path, line_no, name)
-            for name in columns:
-                columns[name].append(record[name])
-            y.append(int(label))
-            group.append(int(record["race"] != "Caucasian"))
-            lines.append(line_no)
-    if not y:
-        raise ValueError(f"{path}: no data rows" + (" left after ProPublica's filter" if propublica_filter else ""))
-    return _Table(columns, y, group, lines)
 
 
 def _stratified(y: np.ndarray, fractions: dict[str, float], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -280,11 +133,11 @@ class FairnessDataModule(GroupedDataModule):
             self.files = [self.root / "adult.data", self.root / "adult.test"]
             for f in self.files:
                 if not f.is_file():
-                    raise _missing(f, "UCI Adult", ADULT_URL)
+                    raise missing_file_error(f, "UCI Adult", ADULT_URL)
         else:
             self.files = [self.root / "compas-scores-two-years.csv"]
             if not self.files[0].is_file():
-                raise _missing(self.files[0], "ProPublica COMPAS", COMPAS_URL)
+                raise missing_file_error(self.files[0], "ProPublica COMPAS", COMPAS_URL)
         options = {
             "reader": f"fairness-{dataset}",
             "version": 1,
@@ -325,7 +178,7 @@ class FairnessDataModule(GroupedDataModule):
         vocab = {c: sorted(set(vocab_source.columns[c])) for c in categorical}
         names = list(continuous) + [f"{c}={v}" for c in categorical for v in vocab[c]]
 
-        def encode(table: _Table, rows: np.ndarray) -> np.ndarray:
+        def encode(table: Table, rows: np.ndarray) -> np.ndarray:
             numeric = np.asarray([[float(table.columns[c][r]) for c in continuous] for r in rows], dtype=np.float64)
             blocks = [numeric.reshape(len(rows), len(continuous))]
             for c in categorical:
@@ -365,85 +218,3 @@ class FairnessDataModule(GroupedDataModule):
                 group = torch.from_numpy(np.asarray(self._arrays[f"group_{s}"], dtype=np.int64))
                 self._splits[s] = {**binary_fields(x, y), "group": group}
         super().setup(stage)
-
-
-# ---------------------------------------------------------------------- small files in the real formats
-_ADULT_VALUES = {
-    "workclass": ["Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov", "?"],
-    "education": ["Bachelors", "HS-grad", "11th", "Masters", "Some-college", "Assoc-voc", "Doctorate"],
-    "marital-status": ["Married-civ-spouse", "Divorced", "Never-married", "Separated", "Widowed"],
-    "occupation": ["Tech-support", "Craft-repair", "Other-service", "Sales", "Exec-managerial", "Prof-specialty", "?"],
-    "relationship": ["Wife", "Own-child", "Husband", "Not-in-family", "Unmarried"],
-    "race": ["White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black"],
-    "native-country": ["United-States", "Mexico", "Philippines", "Germany", "India", "?"],
-}
-
-
-def _adult_rows(count: int, rng: np.random.Generator, test: bool) -> list[str]:
-    rows = []
-    for _ in range(count):
-        female = rng.random() < 0.33
-        age = int(rng.integers(17, 80))
-        edu_num = int(rng.integers(1, 17))
-        hours = int(rng.integers(10, 80))
-        gain = int(rng.choice([0, 0, 0, int(rng.integers(1000, 20000))]))
-        latent = 0.08 * (age - 40) + 0.45 * (edu_num - 10) + 0.04 * (hours - 40) + 0.0002 * gain - 1.0 * female
-        rich = rng.random() < 1.0 / (1.0 + np.exp(-(latent - 1.0)))
-        pick = {c: str(rng.choice(v)) for c, v in _ADULT_VALUES.items()}
-        label = (">50K" if rich else "<=50K") + ("." if test else "")
-        fields = [
-            str(age), pick["workclass"], str(int(rng.integers(20000, 500000))), pick["education"], str(edu_num),
-            pick["marital-status"], pick["occupation"], pick["relationship"], pick["race"],
-            "Female" if female else "Male", str(gain), str(int(rng.choice([0, 0, 1902]))), str(hours),
-            pick["native-country"], label,
-        ]
-        rows.append(", ".join(fields))
-    return rows
-
-
-def write_adult_files(root: str | os.PathLike, num_train: int = 300, num_test: int = 150, seed: int = 0) -> Path:
-    """Write ``adult.data`` / ``adult.test`` with generated rows in the exact UCI format (test header line, labels
-    with a period, ``?`` values, trailing empty line). Labels depend on age, education, hours, gain and sex."""
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    (root / "adult.data").write_text("\n".join(_adult_rows(num_train, rng, test=False)) + "\n\n")
-    (root / "adult.test").write_text("|1x3 Cross validator\n" + "\n".join(_adult_rows(num_test, rng, test=True)) + "\n\n")
-    return root
-
-
-def write_compas_file(root: str | os.PathLike, num_rows: int = 400, seed: int = 0) -> Path:
-    """Write ``compas-scores-two-years.csv`` with ProPublica's 53-column header and generated rows (quoted charge
-    descriptions with commas, empty and out-of-range ``days_b_screening_arrest``, ``is_recid = -1``, ``"O"``
-    charges and ``N/A`` score texts, so the filter has work to do)."""
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    races = ["African-American", "Caucasian", "Hispanic", "Other", "Asian", "Native American"]
-    path = root / "compas-scores-two-years.csv"
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(COMPAS_COLUMNS)
-        for i in range(num_rows):
-            age = int(rng.integers(18, 70))
-            priors = int(rng.poisson(3))
-            race = str(rng.choice(races, p=[0.5, 0.34, 0.09, 0.05, 0.01, 0.01]))
-            recid = int(rng.random() < 1.0 / (1.0 + np.exp(-(0.25 * priors - 0.04 * (age - 35) - 0.6))))
-            days = "" if rng.random() < 0.03 else str(int(rng.choice([-1, 0, -1, 1, -45, 60])))
-            row = {c: "" for c in COMPAS_COLUMNS}
-            row.update({
-                "id": str(i + 1), "name": f"person {i}", "first": "person", "last": str(i),
-                "compas_screening_date": "2013-08-14", "sex": "Female" if rng.random() < 0.2 else "Male",
-                "dob": "1969-04-19", "age": str(age),
-                "age_cat": "Less than 25" if age < 25 else ("Greater than 45" if age > 45 else "25 - 45"),
-                "race": race, "juv_fel_count": str(int(rng.poisson(0.1))), "decile_score": str(int(rng.integers(1, 11))),
-                "juv_misd_count": str(int(rng.poisson(0.1))), "juv_other_count": str(int(rng.poisson(0.1))),
-                "priors_count": str(priors), "days_b_screening_arrest": days,
-                "c_charge_degree": str(rng.choice(["F", "M", "F", "M", "O"], p=[0.4, 0.3, 0.1, 0.15, 0.05])),
-                "c_charge_desc": "Battery, Domestic" if rng.random() < 0.3 else "Grand Theft (Motor Vehicle)",
-                "is_recid": "-1" if rng.random() < 0.02 else str(recid),
-                "score_text": "N/A" if rng.random() < 0.01 else str(rng.choice(["Low", "Medium", "High"])),
-                "two_year_recid": str(recid), "type_of_assessment": "Risk of Recidivism",
-            })
-            writer.writerow([row[c] for c in COMPAS_COLUMNS])
-    return path

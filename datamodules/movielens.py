@@ -37,9 +37,10 @@ import urllib.request
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import numpy as np
+
 from fccolit.io.cache import CACHE_DIRNAME
 from fccolit.io.ratings import MOVIELENS_FORMATS, Ratings, read_movielens_ratings
 
@@ -79,22 +80,6 @@ MOVIELENS_SCALES: dict[str, tuple[float, float]] = {
     "ml-1m": (1.0, 5.0),
 }
 DEFAULT_SCALE = (0.5, 5.0)
-
-
-def require_relevant_pairs(module, path: Path, relevance: str, threshold: float) -> None:
-    """Raise, naming ``path``, when a recommendation DataModule's training split has no relevant (user, item) pair
-    (SONG's state and the training sampler need at least one)."""
-    if module.sizes["num_pairs"] > 0:
-        return
-    why = (
-        f"with relevance='binary' no training rating reaches relevance_threshold={threshold:g}"
-        if relevance == "binary"
-        else "every training rating is 0"
-    )
-    raise ValueError(
-        f"{path}: no relevant training (user, item) pair: {why}; training draws relevant pairs, so lower the "
-        "threshold or use relevance='graded'"
-    )
 
 
 def _listing(root: Path) -> str:
@@ -259,7 +244,7 @@ def download_movielens(root: str | os.PathLike, version: str) -> Path:
 
 
 class MovieLensDataModule(RecommendationDataModule):
-    """MovieLens ratings as per-user ranking lists (batch schema in :mod:`fccolit.datamodules.ranking`).
+    """MovieLens ratings as per-user ranking lists (batch schema in :mod:`fccolit.datasets.ranking`).
 
     Parsing and splitting happen in ``__init__`` through the atomic cache (``<cache_dir>/movielens-…/``, keyed by
     the ratings file and every option that changes the arrays), so :attr:`sizes` exist right after construction
@@ -269,30 +254,13 @@ class MovieLensDataModule(RecommendationDataModule):
         root: where the release is (see the module docstring).
         version: the release (``"ml-20m"``, ...; None: detected from the files).
         download: fetch the release zip from GroupLens when it is not in ``root`` (needs ``version``).
-        protocol: ``"paper"`` (leave-one-out by time, full-ranking evaluation) or ``"libauc"`` (last 5 test, 5
-            before them validation, 1000 sampled unrated evaluation negatives); see
-            :class:`~fccolit.datamodules.ranking.RecommendationDataModule`.
-        num_test, num_val: ratings held out per user for testing / validation (None: the protocol's, 1/1 or 5/5).
-        short_users: users with fewer than ``num_test + num_val + 1`` ratings: ``"partial"``, ``"drop"`` or
-            ``"train"``.
-        relevance: ``"graded"`` (y = rating) or ``"binary"`` (y = 1[rating ≥ relevance_threshold]).
-        relevance_threshold: threshold of binary relevance (4.0: an assumption, ReChorus' MovieLens notebook).
-        min_ratings: drop users with fewer ratings (MovieLens releases already keep users with ≥ 20).
-        eval_negatives: sampled evaluation candidates per user (None: the protocol's; 0: full ranking).
-        eval_negatives_seed: seed of those candidates (LibAUC's ``random_seed=123``).
-        queries_per_batch: users per global training batch (paper: 256).
-        num_positives: P, relevant items per user in a training batch (paper: "a few (e.g., 10)").
-        num_negatives: M, items the user has not rated, per user (paper: 1000; the paper's code: 300).
-        num_batches: training batches per epoch (None: one pass over the users with a relevant training item).
-        top_k: K of ``ideal_dcg_at_k`` (K-SONG: 300 in the paper).
-        seed: seeds the training stream.
-        num_workers, eval_batch_size: DataLoader workers; users per evaluation batch (full ranking scores
-            ``[eval_batch_size, num_items]`` at once).
-        cache_dir: cache location (None: ``root/.fccolit-cache`` or ``~/.cache/fccolit``).
         rating_scale: ``(lowest, highest)`` rating; one outside it is an error naming the file, line and value
             (a rating far outside the scale would overflow the gain 2^y − 1). None: the release's published scale
             (:data:`MOVIELENS_SCALES`: 1–5 for ml-100k and ml-1m, else 0.5–5). Pass your data's scale for a
             ratings file that is not MovieLens'.
+        **kwargs: the split and sampling protocol (``protocol``, ``num_test``, ``relevance``, ``queries_per_batch``,
+            ``num_negatives``, ``top_k``, ``cache_dir``, ...): see
+            :class:`~fccolit.datamodules.ranking.RecommendationDataModule`.
     """
 
     def __init__(
@@ -300,29 +268,10 @@ class MovieLensDataModule(RecommendationDataModule):
         root: str | os.PathLike,
         version: str | None = None,
         download: bool = False,
-        protocol: Literal["paper", "libauc"] = "paper",
-        num_test: int | None = None,
-        num_val: int | None = None,
-        short_users: Literal["partial", "drop", "train"] = "partial",
-        relevance: Literal["graded", "binary"] = "graded",
-        relevance_threshold: float = 4.0,
-        min_ratings: int = 1,
-        eval_negatives: int | None = None,
-        eval_negatives_seed: int = 123,
-        queries_per_batch: int = 256,
-        num_positives: int = 10,
-        num_negatives: int = 1000,
-        num_batches: int | None = None,
-        top_k: int | None = None,
-        seed: int = 0,
-        num_workers: int = 0,
-        eval_batch_size: int = 256,
-        cache_dir: str | os.PathLike | None = None,
         rating_scale: tuple[float, float] | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            queries_per_batch, num_positives, num_batches, top_k, seed, num_workers, eval_batch_size, cache_dir
-        )
+        super().__init__(**kwargs)
         self.root = Path(root)
         self.version, self.ratings_file = self._find(version, download)
         fmt = self.ratings_file.name
@@ -343,24 +292,8 @@ class MovieLensDataModule(RecommendationDataModule):
                 )
             return ratings
 
-        self._load(
-            self.root,
-            [self.ratings_file],
-            read,
-            f"movielens-{self.version}",
-            protocol=protocol,
-            num_test=num_test,
-            num_val=num_val,
-            short_users=short_users,
-            relevance=relevance,
-            relevance_threshold=relevance_threshold,
-            min_ratings=min_ratings,
-            eval_negatives=eval_negatives,
-            eval_negatives_seed=eval_negatives_seed,
-            num_negatives=num_negatives,
-            extra_options={"format": fmt, "rating_scale": list(self.rating_scale)},
-        )
-        require_relevant_pairs(self, self.ratings_file, relevance, relevance_threshold)
+        extra = {"format": fmt, "rating_scale": list(self.rating_scale)}
+        self._load(self.root, [self.ratings_file], read, f"movielens-{self.version}", extra)
 
     def _find(self, version: str | None, download: bool) -> tuple[str, Path]:
         """``(release or format name, ratings file)``."""

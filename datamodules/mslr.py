@@ -27,7 +27,7 @@ Protocol (seed 000 §4.2; allRank's reproducibility scripts, anchor-ecosystem §
   None. The transform runs in float64 on the float32 features;
 * training slates of ``slate_length`` documents (paper: 100 for MSLR, 40 for Yahoo): ``num_positives`` relevant
   documents first, then uniformly from the rest of the list; shorter lists are padded (schema in
-  :mod:`fccolit.datamodules.ranking`); evaluation on full lists, NDCG@{1, 3, 5};
+  :mod:`fccolit.datasets.ranking`); evaluation on full lists, NDCG@{1, 3, 5};
 * N_q (``num_items``) is the query's full list length (the paper's |S_q|; the paper's code uses the slate length).
 
 Queries without a relevant document (about 3% of MSLR's): they have no (query, relevant document) pair, so they
@@ -45,10 +45,11 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from fccolit.datasets.letor import ListEvalDataset, ListwiseTrainDataset, ltr_pair_arrays
 from fccolit.io.cache import CACHE_DIRNAME
 from fccolit.io.letor import LetorFile, group_by_query, parse_letor, read_lightgbm_ranking
 
-from fccolit.datamodules.ranking import ListEvalDataset, ListwiseTrainDataset, RankingDataModule, ltr_pair_arrays
+from fccolit.datamodules.ranking import RankingDataModule
 
 MSLR_PAGE = "https://www.microsoft.com/en-us/research/project/mslr/"
 

@@ -26,14 +26,13 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from fccolit.io.cache import CACHE_DIRNAME
 from fccolit.io.ratings import NETFLIX_SCALE, Ratings, read_netflix_probe, read_netflix_ratings
 
-from fccolit.datamodules.movielens import require_relevant_pairs
 from fccolit.datamodules.ranking import RecommendationDataModule
 
 NETFLIX_PAGE = "https://www.kaggle.com/datasets/netflix-inc/netflix-prize-data"
@@ -84,13 +83,10 @@ def _probe_test_mask(ratings: Ratings, probe_path: Path) -> np.ndarray:
 
 
 class NetflixDataModule(RecommendationDataModule):
-    """Netflix Prize ratings as per-user ranking lists (batch schema in :mod:`fccolit.datamodules.ranking`).
+    """Netflix Prize ratings as per-user ranking lists (batch schema in :mod:`fccolit.datasets.ranking`).
 
     Ratings must be on the Netflix scale 1–5 (:data:`~fccolit.io.ratings.NETFLIX_SCALE`); another value is an error
     naming the file, line and value.
-
-    The same protocols and options as :class:`~fccolit.datamodules.movielens.MovieLensDataModule` (see
-    :class:`~fccolit.datamodules.ranking.RecommendationDataModule`), plus:
 
     Args:
         root: the folder holding the files (see the module docstring).
@@ -99,6 +95,10 @@ class NetflixDataModule(RecommendationDataModule):
         holdout: ``"time"``: the last ``num_test`` ratings of each user (by date, ties in file order) are the
             test items; ``"probe"``: the pairs of ``probe.txt`` are (a user's first rating always stays in
             training), and the validation items are the last ``num_val`` of the remaining ratings.
+        **kwargs: the split and sampling protocol, as for
+            :class:`~fccolit.datamodules.movielens.MovieLensDataModule` (``protocol``, ``num_test``, ``relevance``,
+            ``queries_per_batch``, ``num_negatives``, ``top_k``, ``cache_dir``, ...): see
+            :class:`~fccolit.datamodules.ranking.RecommendationDataModule`.
 
     Parsing takes minutes for the full data (about 2 GB of text); it happens once, in ``__init__``, and the
     result is cached (``<cache_dir>/netflix-…/``, keyed by every rating file, ``probe.txt`` when used, and the
@@ -110,27 +110,9 @@ class NetflixDataModule(RecommendationDataModule):
         root: str | os.PathLike,
         min_ratings: int = 100,
         holdout: Literal["time", "probe"] = "time",
-        protocol: Literal["paper", "libauc"] = "paper",
-        num_test: int | None = None,
-        num_val: int | None = None,
-        short_users: Literal["partial", "drop", "train"] = "partial",
-        relevance: Literal["graded", "binary"] = "graded",
-        relevance_threshold: float = 4.0,
-        eval_negatives: int | None = None,
-        eval_negatives_seed: int = 123,
-        queries_per_batch: int = 256,
-        num_positives: int = 10,
-        num_negatives: int = 1000,
-        num_batches: int | None = None,
-        top_k: int | None = None,
-        seed: int = 0,
-        num_workers: int = 0,
-        eval_batch_size: int = 256,
-        cache_dir: str | os.PathLike | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            queries_per_batch, num_positives, num_batches, top_k, seed, num_workers, eval_batch_size, cache_dir
-        )
+        super().__init__(min_ratings=min_ratings, **kwargs)
         if holdout not in ("time", "probe"):
             raise ValueError(f"holdout must be 'time' or 'probe', got {holdout!r}")
         self.root = Path(root)
@@ -157,26 +139,5 @@ class NetflixDataModule(RecommendationDataModule):
                 )
             return ratings
 
-        self._load(
-            self.root,
-            files,
-            read,
-            "netflix",
-            protocol=protocol,
-            num_test=num_test,
-            num_val=num_val,
-            short_users=short_users,
-            relevance=relevance,
-            relevance_threshold=relevance_threshold,
-            min_ratings=min_ratings,
-            eval_negatives=eval_negatives,
-            eval_negatives_seed=eval_negatives_seed,
-            num_negatives=num_negatives,
-            extra_options={
-                "holdout": holdout,
-                "files": [p.name for p in self.rating_files],
-                "rating_scale": list(NETFLIX_SCALE),
-            },
-            test_mask=test_mask,
-        )
-        require_relevant_pairs(self, self.rating_files[0], relevance, relevance_threshold)
+        extra = {"holdout": holdout, "files": [p.name for p in self.rating_files], "rating_scale": list(NETFLIX_SCALE)}
+        self._load(self.root, files, read, "netflix", extra, test_mask)

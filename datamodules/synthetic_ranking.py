@@ -44,12 +44,13 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from fccolit.data import TensorDictDataset
-from fccolit.datamodules.base import FCCODataModule
+from fccolit.datasets.synthetic import SyntheticQueryLists
 from fccolit.samplers import RankAwareBatchSampler
-from fccolit.samplers.ranking import QueryBatchSampler, batch_uniforms, sample_distinct
+from fccolit.samplers.ranking import QueryBatchSampler
+
+from fccolit.datamodules.base import FCCODataModule
 
 TASKS = ("recommendation", "ltr")
 
@@ -69,88 +70,6 @@ def _pad(rows: Sequence[np.ndarray], fill, dtype) -> np.ndarray:
     for i, r in enumerate(rows):
         out[i, : len(r)] = r
     return out
-
-
-class _QueryLists(Dataset):
-    """Training queries of the synthetic data; ``__getitems__`` builds a whole schema batch at once.
-
-    CSR layout: query q's relevant training items are ``rel_*[rel_offsets[q]:rel_offsets[q+1]]`` (their pair ids
-    are those positions), its other items (learning to rank) ``other_*[other_offsets[q]:...]``.
-    """
-
-    def __init__(self, dm: "SyntheticRankingDataModule") -> None:
-        self.dm = dm
-
-    def __len__(self) -> int:
-        return self.dm.sizes["num_queries"]
-
-    def __getitems__(self, indices) -> dict[str, torch.Tensor]:
-        dm = self.dm
-        q = np.asarray(list(indices), dtype=np.int64)
-        seed = getattr(indices, "seed", 0)
-        positions = np.asarray(getattr(indices, "positions", range(len(q))), dtype=np.int64)
-        off = dm._rel_offsets
-        n_rel = off[q + 1] - off[q]
-        full = dm.num_positives is None
-        p = int(n_rel.max()) if full else dm.num_positives
-        u = batch_uniforms(seed, positions, 0, p)
-        pos, valid = sample_distinct(n_rel, p, u)  # full lists: every relevant item, in order
-        pair = np.where(valid, off[q][:, None] + pos, -1)
-        rel = np.where(valid, dm._rel_relevance[np.maximum(pair, 0)], 0.0)
-        if dm.task == "recommendation":
-            items_pos = np.where(valid, dm._rel_items[np.maximum(pair, 0)], -1)
-            items_other = self._unrated(q, seed, positions)
-            m = items_other.shape[1]
-            items = np.concatenate([items_pos, items_other], axis=1)
-            mask = np.concatenate([valid, np.ones((len(q), m), dtype=bool)], axis=1)
-            fields = {"items": torch.from_numpy(items)}
-            num_items = np.full(len(q), dm.num_items, dtype=np.float32)
-        else:
-            ooff = dm._other_offsets
-            n_other = ooff[q + 1] - ooff[q]
-            m = int(n_other.max()) if full else dm.num_negatives
-            pos_o, valid_o = sample_distinct(n_other, m, batch_uniforms(seed, positions, 1, m))
-            rows_o = np.where(valid_o, ooff[q][:, None] + pos_o, 0)
-            feats = np.concatenate(
-                [dm._rel_features[np.maximum(pair, 0)], dm._other_features[rows_o]], axis=1
-            )
-            mask = np.concatenate([valid, valid_o], axis=1)
-            feats[~mask] = 0.0
-            fields = {"features": torch.from_numpy(feats.astype(np.float32))}
-            num_items = (n_rel + n_other).astype(np.float32)
-        rel = np.concatenate([rel, np.zeros((len(q), mask.shape[1] - p))], axis=1)
-        pair = np.concatenate([pair, np.full((len(q), mask.shape[1] - p), -1)], axis=1)
-        batch = {
-            "query": torch.from_numpy(q),
-            **fields,
-            "relevance": torch.from_numpy(rel.astype(np.float32)),
-            "pair_index": torch.from_numpy(pair.astype(np.int64)),
-            "mask": torch.from_numpy(mask),
-            "num_items": torch.from_numpy(num_items),
-            "ideal_dcg": torch.from_numpy(dm._ideal[q].astype(np.float32)),
-            "num_relevant": torch.from_numpy(n_rel.astype(np.int64)),
-        }
-        if dm.top_k is not None:
-            batch["ideal_dcg_at_k"] = torch.from_numpy(dm._ideal_k[q].astype(np.float32))
-        return batch
-
-    def _unrated(self, q: np.ndarray, seed: int, positions: np.ndarray) -> np.ndarray:
-        """``[B, M]`` items drawn uniformly (with replacement) among the items q has not rated in training:
-        rejection sampling with fresh counter-based uniforms per round."""
-        dm, m = self.dm, self.dm.num_negatives
-        out = np.full((len(q), m), -1, dtype=np.int64)
-        todo = np.ones((len(q), m), dtype=bool)
-        for attempt in range(64):
-            cand = np.minimum((batch_uniforms(seed, positions, 2 + attempt, m) * dm.num_items).astype(np.int64), dm.num_items - 1)
-            keys = q[:, None] * dm.num_items + cand
-            hit = np.searchsorted(dm._rated_keys, keys)
-            rated = dm._rated_keys[np.minimum(hit, len(dm._rated_keys) - 1)] == keys
-            take = todo & ~rated
-            out[take] = cand[take]
-            todo &= ~take
-            if not todo.any():
-                return out
-        raise RuntimeError("SyntheticRankingDataModule: could not draw unrated items (a user rated almost every item)")
 
 
 class SyntheticRankingDataModule(FCCODataModule):
@@ -314,8 +233,17 @@ class SyntheticRankingDataModule(FCCODataModule):
                                 "relevance": torch.from_numpy(rel), "mask": torch.from_numpy(mask)}
 
     # ------------------------------------------------------------------ LightningDataModule
+    def _query_lists(self) -> SyntheticQueryLists:
+        if self.task == "recommendation":
+            lists = {"rel_items": self._rel_items, "rated_keys": self._rated_keys, "num_items": self.num_items}
+        else:
+            lists = {"rel_features": self._rel_features, "other_offsets": self._other_offsets,
+                     "other_features": self._other_features}
+        return SyntheticQueryLists(self.task, self._rel_offsets, self._rel_relevance, self._ideal, self._ideal_k,
+                                   self.num_positives, self.num_negatives, **lists)
+
     def setup(self, stage: str | None = None) -> None:
-        self.train_dataset = _QueryLists(self)
+        self.train_dataset = self._query_lists()
         self.val_dataset = TensorDictDataset(**self._eval["val"])
         self.test_dataset = TensorDictDataset(**self._eval["test"])
 
@@ -329,4 +257,4 @@ class SyntheticRankingDataModule(FCCODataModule):
         if self.num_positives is not None:
             raise ValueError("full_batch needs full lists (num_positives=None, learning to rank)")
         eligible = np.nonzero(np.diff(self._rel_offsets) > 0)[0]
-        return _QueryLists(self).__getitems__(list(eligible))
+        return self._query_lists().__getitems__(list(eligible))

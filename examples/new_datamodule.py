@@ -33,6 +33,7 @@ from fccolit.datamodules import FCCODataModule
 from fccolit.models import MLP
 from fccolit.objectives import AveragePrecision
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
+from fccolit.testing import write_binary_csv
 
 
 class CSVBinaryDataModule(FCCODataModule):
@@ -72,21 +73,9 @@ class CSVBinaryDataModule(FCCODataModule):
         return DualSampler(self._splits["train"]["y"], self.batch_size, self.num_positives, seed=self.seed)
 
 
-def write_csv(path: Path, num_rows: int = 3000, num_features: int = 8, seed: int = 0) -> None:
-    """An imbalanced problem (about 8% positives) whose label depends on the features."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(num_rows, num_features, generator=g)
-    latent = x[:, 0] + 0.5 * x[:, 1] - 0.5 * x[:, 2] + 0.3 * torch.randn(num_rows, generator=g)
-    y = (latent > torch.quantile(latent, 0.92)).long()
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow([f"f{j}" for j in range(num_features)] + ["label"])
-        writer.writerows([[f"{v:.5f}" for v in row] + [int(label)] for row, label in zip(x.tolist(), y)])
-
-
 def main(root: str | None = None, epochs: int = 2) -> dict[str, float]:
     root = Path(root or tempfile.mkdtemp())
-    write_csv(root / "toy.csv")
+    write_binary_csv(root / "toy.csv")  # a toy CSV in the layout above (about 8% positives)
     data = CSVBinaryDataModule(root, "toy", batch_size=64, num_positives=16)
     torch.manual_seed(0)
     module = SOX(MLP(hidden=[16]), AveragePrecision(), data_sizes=data.sizes, ema_weight=0.9,

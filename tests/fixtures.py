@@ -1,8 +1,8 @@
-"""Small data sets in the real file formats, and the registry the config smoke test uses to feed each DataModule.
+"""Toy in-memory batches, and the registry the config smoke test uses to feed each DataModule.
 
-Every generator writes files a DataModule reads exactly as it reads the released data (LIBSVM text, MovieLens
-``ratings.csv``, the Netflix Prize ``combined_data_*.txt``, MSLR ``Fold1/{train,vali,test}.txt``, the CIFAR python
-pickles, CheXpert's CSVs and JPEGs, BDD100K's labels JSON and JPEGs, UCI Adult, ProPublica COMPAS).
+The files are written by :mod:`fccolit.testing` in the real formats (LIBSVM text, MovieLens ``ratings.csv``, the
+Netflix Prize ``combined_data_*.txt``, MSLR ``Fold1/{train,vali,test}.txt``, the CIFAR python pickles, CheXpert's
+CSVs and JPEGs, BDD100K's labels JSON and JPEGs, UCI Adult, ProPublica COMPAS).
 
 :data:`DATA_GENERATORS` maps a DataModule class to ``generate(root, init_args) -> list[str]``: it writes a tiny data
 set under ``root`` (for the config's ``init_args``, e.g. the Adult or the COMPAS file) and returns the command-line
@@ -16,13 +16,12 @@ import importlib
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
-from fccolit.datamodules.bdd100k import ATTRIBUTE_VALUES, DEFAULT_CLASSES, BDD100KDataModule, write_bdd100k
-from fccolit.datamodules.chexpert import CheXpertDataModule, write_chexpert
-from fccolit.datamodules.cifar import CIFARLTDataModule, write_cifar
-from fccolit.datamodules.fairness import FairnessDataModule, write_adult_files, write_compas_file
+from fccolit.datamodules.bdd100k import DEFAULT_CLASSES, BDD100KDataModule
+from fccolit.datamodules.chexpert import CheXpertDataModule
+from fccolit.datamodules.cifar import CIFARLTDataModule
+from fccolit.datamodules.fairness import FairnessDataModule
 from fccolit.datamodules.grouped import SyntheticGroupedDataModule
 from fccolit.datamodules.libsvm import LibSVMDataModule
 from fccolit.datamodules.movielens import MovieLensDataModule
@@ -31,6 +30,10 @@ from fccolit.datamodules.netflix import NetflixDataModule
 from fccolit.datamodules.synthetic import SyntheticBinaryDataModule, SyntheticMultiLabelDataModule
 from fccolit.datamodules.synthetic_multiclass import SyntheticMulticlassDataModule
 from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
+from fccolit.testing import (
+    bdd_frames, cifar_arrays, write_adult_files, write_bdd100k, write_chexpert, write_cifar, write_compas_file,
+    write_libsvm, write_movielens_csv, write_mslr_fold, write_netflix,
+)
 
 
 #: ``../shared/data`` beside the repository (the small real data sets; tests that use them skip without it)
@@ -60,101 +63,6 @@ def dual_batches(x, y, pos_index, steps: int, positives: int = 3, negatives: int
     return out
 
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-
-
-# ---------------------------------------------------------------------------------------------- file writers
-def write_libsvm(folder: Path, name: str = "toy", rows: int = 300, test_rows: int = 120, features: int = 12,
-                 seed: int = 5) -> None:
-    """A small a9a-like LIBSVM pair (``name``, ``name.t``): labels ±1 (about a third positive), sparse 1-based
-    binary features, four active per row."""
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(features, generator=g)
-    for fname, count in ((name, rows), (f"{name}.t", test_rows)):
-        lines = []
-        for _ in range(count):
-            active = sorted(torch.randperm(features, generator=g)[:4].tolist())
-            score = float(w[active].sum()) + 0.5 * float(torch.randn(1, generator=g))
-            label = "+1" if score > 1.0 else "-1"
-            lines.append(label + " " + " ".join(f"{j + 1}:1" for j in active))
-        (folder / fname).write_text("\n".join(lines) + "\n")
-
-
-def write_movielens_csv(folder: Path, num_users: int = 60, num_items: int = 120, seed: int = 0) -> Path:
-    """``ratings.csv`` in the ml-20m / ml-latest format (header, ``userId,movieId,rating,timestamp``, half stars),
-    15 to 40 ratings per user."""
-    rng = np.random.default_rng(seed)
-    lines = ["userId,movieId,rating,timestamp"]
-    for user in range(1, num_users + 1):
-        items = np.sort(rng.choice(num_items, size=int(rng.integers(15, 41)), replace=False))
-        for item in items:
-            lines.append(f"{user},{int(item) * 3 + 1},{rng.integers(1, 11) / 2:.1f},{978300000 + int(rng.integers(0, 10**6))}")
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "ratings.csv"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def write_netflix(folder: Path, num_users: int = 50, num_movies: int = 80, seed: int = 0) -> Path:
-    """``combined_data_1.txt`` and ``combined_data_2.txt`` in the Kaggle format: a ``<movie>:`` line, then
-    ``<customer>,<rating>,<YYYY-MM-DD>`` lines."""
-    rng = np.random.default_rng(seed)
-    customers = rng.choice(2_649_429, size=num_users, replace=False) + 1
-    blocks = []
-    for movie in range(1, num_movies + 1):
-        raters = rng.choice(customers, size=int(rng.integers(5, num_users // 2)), replace=False)
-        lines = [f"{c},{int(rng.integers(1, 6))},2005-{int(rng.integers(1, 13)):02d}-{int(rng.integers(1, 29)):02d}"
-                 for c in raters]
-        blocks.append(f"{movie}:\n" + "\n".join(lines) + "\n")
-    folder.mkdir(parents=True, exist_ok=True)
-    half = len(blocks) // 2
-    (folder / "combined_data_1.txt").write_text("".join(blocks[:half]))
-    (folder / "combined_data_2.txt").write_text("".join(blocks[half:]))
-    return folder
-
-
-def write_mslr_fold(folder: Path, fold: int = 1, num_features: int = 136, seed: int = 0) -> Path:
-    """``Fold<k>/{train,vali,test}.txt`` in the MSLR-WEB format: ``<label> qid:<q> 1:<v> ... 136:<v>``, labels 0-4,
-    5 to 30 documents per query."""
-    rng = np.random.default_rng(seed)
-    base = folder / f"Fold{fold}"
-    base.mkdir(parents=True, exist_ok=True)
-    qid = 1
-    for split, num_queries in (("train", 30), ("vali", 8), ("test", 8)):
-        lines = []
-        for _ in range(num_queries):
-            for _ in range(int(rng.integers(5, 31))):
-                values = np.abs(rng.normal(size=num_features)) * 10
-                label = int(rng.choice([0, 0, 0, 1, 2, 3, 4]))
-                lines.append(f"{label} qid:{qid} " + " ".join(f"{j + 1}:{v:.4g}" for j, v in enumerate(values)))
-            qid += 1
-        (base / f"{split}.txt").write_text("\n".join(lines) + "\n")
-    return base
-
-
-def cifar_arrays(per_class: int, num_classes: int, test_per_class: int, seed: int = 0):
-    """(train images ``[N, 32, 32, 3]`` uint8, train labels, test images, test labels), labels shuffled."""
-    rng = np.random.default_rng(seed)
-    train_labels = np.repeat(np.arange(num_classes), per_class)
-    rng.shuffle(train_labels)
-    test_labels = np.repeat(np.arange(num_classes), test_per_class)
-    train = rng.integers(0, 256, (train_labels.size, 32, 32, 3), dtype=np.uint8)
-    test = rng.integers(0, 256, (test_labels.size, 32, 32, 3), dtype=np.uint8)
-    return train, train_labels, test, test_labels
-
-
-def bdd_frames(num_train: int = 84, num_val: int = 21, seed: int = 3) -> dict[str, list[dict[str, str]]]:
-    """Frame attributes for :func:`~fccolit.datamodules.bdd100k.write_bdd100k`: the weather cycles through the seven
-    documented values (every class, ``undefined`` included, in both splits), scene and time of day at random."""
-    rng = np.random.default_rng(seed)
-    weather = ["clear", "overcast", "snowy", "rainy", "partly cloudy", "foggy", "undefined"]
-    return {
-        split: [
-            {"weather": weather[i % 7], "scene": str(rng.choice(ATTRIBUTE_VALUES["scene"])),
-             "timeofday": str(rng.choice(ATTRIBUTE_VALUES["timeofday"]))}
-            for i in range(n)
-        ]
-        for split, n in (("train", num_train), ("val", num_val))
-    }
 
 
 # ---------------------------------------------------------------------------------------------- the registry

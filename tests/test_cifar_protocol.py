@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fccolit.cli import main
-from fccolit.datamodules.cifar import write_cifar
+from fccolit.testing import write_cifar
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "cifar_lt"
 

@@ -15,11 +15,11 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fccolit.cli import main
-from fccolit.datamodules.fairness import write_adult_files, write_compas_file
 from fccolit.datamodules.grouped import SyntheticGroupedDataModule
 from fccolit.objectives.constrained import GroupDROCVaR, ROCFairnessAUC
 from fccolit.objectives.nonsmooth import Hinge
 from fccolit.samplers.group import GroupBatchSampler
+from fccolit.testing import write_adult_files, write_compas_file
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
 

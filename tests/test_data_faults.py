@@ -7,7 +7,6 @@ The training-side faults (kills, resumes, diverging learning rates, checkpoints)
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import json
@@ -15,15 +14,13 @@ import multiprocessing
 import os
 import re
 import warnings
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fccolit.datamodules.bdd100k import BDD100KDataModule, read_bdd100k_attributes, write_bdd100k
-from fccolit.datamodules.chexpert import OBSERVATIONS, CheXpertDataModule, read_chexpert_csv, write_chexpert
-from fccolit.datamodules.fairness import parse_adult, write_adult_files
+from fccolit.datamodules.bdd100k import BDD100KDataModule
+from fccolit.datamodules.chexpert import CheXpertDataModule
 from fccolit.datamodules.libsvm import LibSVMDataModule
 import fccolit.datamodules.movielens as ml
 from fccolit.datamodules.movielens import MovieLensDataModule, download_movielens
@@ -31,22 +28,16 @@ from fccolit.datamodules.mslr import MSLRDataModule
 from fccolit.datamodules.netflix import NetflixDataModule
 from fccolit.io import cache_key, cached_arrays, parse_letor, parse_libsvm, read_libsvm, read_movielens_ratings
 import fccolit.io.cache as cache_module
-
-from fixtures import write_libsvm, write_mslr_fold, write_netflix
+from fccolit.io.bdd100k import read_bdd100k_attributes
+from fccolit.io.chexpert import OBSERVATIONS, read_chexpert_csv
+from fccolit.io.fairness import parse_adult
+from fccolit.testing import (
+    write_adult_files, write_bdd100k, write_chexpert, write_csv, write_large_libsvm, write_libsvm, write_mslr_fold,
+    write_netflix, zip_bytes,
+)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def _big_libsvm(path: Path, rows: int = 150_000, seed: int = 0) -> None:
-    """A LIBSVM file of several MiB (so its middle is more than 1 MiB from both ends), labels ±1 of equal width."""
-    rng = np.random.default_rng(seed)
-    labels = np.where(rng.random(rows) < 0.3, "+1", "-1")
-    cols = np.sort(rng.choice(20, size=(rows, 3), replace=True), axis=1)
-    cols[:, 1] = np.maximum(cols[:, 1], cols[:, 0] + 1)
-    cols[:, 2] = np.maximum(cols[:, 2], cols[:, 1] + 1)
-    lines = [f"{y} {a + 1}:1 {b + 1}:0.5 {c + 1}:0.25" for y, a, b, c in zip(labels, *cols.T)]
-    path.write_text("\n".join(lines) + "\n")
-
-
 def _flip_label_in_middle(path: Path) -> int:
     """Flip the ±1 label of the line in the middle of ``path`` in place: same size, mtime kept. Returns the line."""
     st = path.stat()
@@ -63,17 +54,10 @@ def _flip_label_in_middle(path: Path) -> int:
     return line
 
 
-def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
-
-
 # ---------------------------------------------------------------------------------------------- defect 4: stale cache
 def test_edit_in_the_middle_same_size_mtime_kept_changes_the_key(tmp_path):
     path = tmp_path / "big"
-    _big_libsvm(path)
+    write_large_libsvm(path)
     assert path.stat().st_size > 3 << 20
     before = cache_key([path], {"seed": 0})
     _flip_label_in_middle(path)
@@ -85,7 +69,7 @@ def test_edited_data_file_under_a_cache_serves_the_new_arrays(tmp_path):
     serve the cached arrays of the old file."""
     root = tmp_path / "data"
     root.mkdir()
-    _big_libsvm(root / "big")
+    write_large_libsvm(root / "big")
     kw = dict(root=root, name="big", val_fraction=0.0, test_fraction=0.0, cache_dir=tmp_path / "cache")
     first = LibSVMDataModule(**kw)
     _flip_label_in_middle(root / "big")
@@ -386,11 +370,8 @@ def test_datamodules_validate_their_rating_scale(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- defect 12: checksums
 def _fake_release_zip(folder: str = "ml-100k", name: str = "u.data") -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        info = zipfile.ZipInfo(f"{folder}/{name}", date_time=(2000, 1, 1, 0, 0, 0))
-        z.writestr(info, "".join(f"{u}\t{i}\t{1 + (u + i) % 5}\t{900 + i}\n" for u in range(1, 6) for i in range(1, 9)))
-    return buf.getvalue()
+    ratings = "".join(f"{u}\t{i}\t{1 + (u + i) % 5}\t{900 + i}\n" for u in range(1, 6) for i in range(1, 9))
+    return zip_bytes({f"{folder}/{name}": ratings})
 
 
 def test_corrupted_movielens_download_is_refused_and_not_kept(tmp_path, monkeypatch):
@@ -446,7 +427,7 @@ def test_chexpert_path_escaping_the_release_is_named(tmp_path, bad):
     header = ["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA", *OBSERVATIONS]
     good = ["CheXpert-v1.0-small/train/patient00001/study1/view1_frontal.jpg", "Male", "50", "Frontal", "AP"]
     rows = [good + ["1.0"] * len(OBSERVATIONS), [bad, "Male", "50", "Frontal", "AP"] + ["0.0"] * len(OBSERVATIONS)]
-    _write_csv(tmp_path / "train.csv", header, rows)
+    write_csv(tmp_path / "train.csv", header, rows)
     with pytest.raises(ValueError, match=rf"train.csv line 3, field 'Path': path {re.escape(repr(bad))} "
                                          r"(goes up with '..'|is absolute); paths in a data file must stay inside"):
         read_chexpert_csv(tmp_path / "train.csv", ["Edema"])

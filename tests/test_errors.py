@@ -9,11 +9,10 @@ import pytest
 import torch
 
 from fccolit.cli import main
-from fccolit.datamodules.chexpert import CheXpertDataModule, write_chexpert
+from fccolit.datamodules.chexpert import CheXpertDataModule
 from fccolit.samplers.binary import DualSampler
 from fccolit.samplers.multilabel import MultiLabelSampler
-
-from fixtures import write_libsvm
+from fccolit.testing import write_chexpert, write_libsvm
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")

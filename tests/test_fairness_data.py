@@ -10,12 +10,9 @@ import torch
 from fixtures import SHARED_DATA
 
 from fccolit.datamodules import fairness
-from fccolit.datamodules.fairness import (
-    ADULT_COLUMNS,
-    FairnessDataModule,
-    write_adult_files,
-    write_compas_file,
-)
+from fccolit.datamodules.fairness import FairnessDataModule
+from fccolit.io.fairness import ADULT_COLUMNS
+from fccolit.testing import write_adult_files, write_compas_file
 
 REAL_ADULT = SHARED_DATA / "uci-adult"
 

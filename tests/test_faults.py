@@ -28,15 +28,12 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from fccolit.algorithms import SOX, Supervised
 from fccolit.cli import check_checkpoint_file, main
 from fccolit.datamodules import SyntheticBinaryDataModule
-from fccolit.datamodules.cifar import write_cifar
-from fccolit.datamodules.images import ImageArrayDataset
+from fccolit.datasets.images import ImageArrayDataset
 from fccolit.models import MLP
 from fccolit.objectives import AveragePrecision
 from fccolit.optim import Momentum
 from fccolit.samplers import DualSampler, SampledBatch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fixtures import cifar_arrays  # noqa: E402
+from fccolit.testing import cifar_arrays, write_cifar
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
@@ -103,7 +100,7 @@ def random_image(path: Path) -> torch.Tensor:
 
 
 def test_file_images_and_multilabel_pairs_draw_their_augmentation_from_the_batch_keys(tmp_path):
-    from fccolit.datamodules.images import ImageFileDataset
+    from fccolit.datasets.images import ImageFileDataset
     from fccolit.samplers import MultiLabelPairDataset
 
     labels = torch.tensor([[1, 0], [0, 1], [1, 1], [0, 0], [1, 0], [0, 1]])
@@ -338,7 +335,8 @@ def _sonex(lr: float):
 
 def _alexr2(lr: float, root: Path):
     from fccolit.algorithms.alexr2 import ALEXR2
-    from fccolit.datamodules.fairness import FairnessDataModule, write_adult_files
+    from fccolit.datamodules.fairness import FairnessDataModule
+    from fccolit.testing import write_adult_files
     from fccolit.objectives.constrained import ROCFairnessAUC
 
     write_adult_files(root, 300, 120, seed=1)

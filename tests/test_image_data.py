@@ -18,22 +18,13 @@ from lightning.pytorch import Trainer
 
 import fccolit.datamodules.cifar as cifar_module
 from fccolit.algorithms.sox import SOX
-from fccolit.datamodules.bdd100k import (
-    ATTRIBUTE_VALUES,
-    BDD100KDataModule,
-    class_prompts,
-    read_bdd100k_attributes,
-    write_bdd100k,
-)
-from fccolit.datamodules.chexpert import CheXpertDataModule, apply_uncertainty, read_chexpert_csv, write_chexpert
-from fccolit.datamodules.cifar import (
-    CIFARLTDataModule,
-    long_tail_counts,
-    long_tail_indices,
-    read_cifar_batch,
-    write_cifar,
-)
-from fccolit.datamodules.images import random_crop_flip
+from fccolit.datamodules.bdd100k import ATTRIBUTE_VALUES, BDD100KDataModule, class_prompts
+from fccolit.datamodules.chexpert import CheXpertDataModule
+from fccolit.datamodules.cifar import CIFARLTDataModule, long_tail_counts, long_tail_indices
+from fccolit.datasets.images import random_crop_flip
+from fccolit.io.bdd100k import read_bdd100k_attributes
+from fccolit.io.chexpert import apply_uncertainty, read_chexpert_csv
+from fccolit.io.cifar import read_cifar_batch
 from fccolit.models.vision import ResNet20
 from fccolit.objectives import AveragePrecision
 from fccolit.optim import Momentum
@@ -44,7 +35,8 @@ from fccolit.samplers.multilabel import (
     multilabel_sizes,
 )
 
-from fixtures import SHARED_DATA, bdd_frames, cifar_arrays as _cifar_arrays
+from fccolit.testing import bdd_frames, cifar_arrays as _cifar_arrays, write_bdd100k, write_chexpert, write_cifar
+from fixtures import SHARED_DATA
 
 ROOT = Path(__file__).resolve().parents[1]
 BDD_SAMPLE = SHARED_DATA / "bdd100k-labels-sample" / "unitest_val_bdd.json"
@@ -505,7 +497,7 @@ def test_bdd100k_tasks_drop_undefined_and_expose_class_subsets(bdd_root):
 def test_clip_transform_is_resize_then_center_crop(tmp_path):
     from PIL import Image
 
-    from fccolit.datamodules.bdd100k import ClipImageTransform
+    from fccolit.datasets.transforms import ClipImageTransform
 
     rng = np.random.default_rng(0)
     path = tmp_path / "frame.jpg"

@@ -9,21 +9,21 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-import zipfile
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from fixtures import SHARED_DATA
 
-import fccolit.io.ratings as ratings_module
+import fccolit.io.text as text_module
 from fccolit.datamodules.movielens import MovieLensDataModule, detect_movielens
 from fccolit.datamodules.netflix import NetflixDataModule
-from fccolit.datamodules.ranking import build_recommendation_arrays, ideal_dcg
+from fccolit.datasets.recommendation import build_recommendation_arrays
+from fccolit.io.csr import ideal_dcg
 from fccolit.io.ratings import Ratings, read_movielens_ratings, read_netflix_probe, read_netflix_ratings
 from fccolit.metrics.ranking import FullRankingNDCG, ndcg_at_k
+from fccolit.testing import write_movielens_ratings, write_netflix_quirks, zip_bytes
 
 ML_SMALL = SHARED_DATA / "movielens-ml-latest-small"
 
@@ -39,19 +39,6 @@ def _ratings(num_users=40, num_items=60, seed=0, min_count=1, max_count=25, half
             r = (rng.integers(1, 11) / 2) if half_stars else float(rng.integers(1, 6))
             rows.append((u * 7 + 1, int(i) * 3 + 2, r, int(978300000 + rng.integers(0, 8) * 1000)))
     return rows
-
-
-def _write_ml(root: Path, fmt: str, rows, eol="\n", final_eol=True) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    if fmt == "u.data":
-        lines = [f"{u}\t{i}\t{int(r)}\t{t}" for u, i, r, t in rows]
-    elif fmt == "ratings.dat":
-        lines = [f"{u}::{i}::{r:g}::{t}" for u, i, r, t in rows]
-    else:
-        lines = ["userId,movieId,rating,timestamp"] + [f"{u},{i},{r:.1f},{t}" for u, i, r, t in rows]
-    path = root / fmt
-    path.write_bytes((eol.join(lines) + (eol if final_eol else "")).encode())
-    return path
 
 
 def _reference_split(rows, num_test, num_val, min_ratings=1):
@@ -102,7 +89,7 @@ def _dm(root, tmp_path, **kw):
 @pytest.mark.parametrize("eol", ["\n", "\r\n"])
 def test_movielens_formats_parse_identically(tmp_path, fmt, eol):
     rows = _ratings(half_stars=False)
-    path = _write_ml(tmp_path / fmt, fmt, rows, eol=eol, final_eol=(eol == "\n"))
+    path = write_movielens_ratings(tmp_path / fmt, fmt, rows, eol=eol, final_eol=(eol == "\n"))
     parsed = read_movielens_ratings(path)
     np.testing.assert_array_equal(parsed.user, [r[0] for r in rows])
     np.testing.assert_array_equal(parsed.item, [r[1] for r in rows])
@@ -114,11 +101,11 @@ def test_movielens_formats_parse_identically(tmp_path, fmt, eol):
 
 def test_movielens_chunk_boundaries_and_blank_lines(tmp_path, monkeypatch):
     rows = _ratings(num_users=200, seed=3)
-    path = _write_ml(tmp_path, "ratings.csv", rows)
+    path = write_movielens_ratings(tmp_path, "ratings.csv", rows)
     text = path.read_bytes().replace(b"\n1", b"\n\n1", 3)  # a few blank lines
     path.write_bytes(text)
     whole = read_movielens_ratings(path)
-    monkeypatch.setattr(ratings_module, "_CHUNK_BYTES", 997)  # many chunks, cut mid-line
+    monkeypatch.setattr(text_module, "CHUNK_BYTES", 997)  # many chunks, cut mid-line
     chunked = read_movielens_ratings(path)
     assert len(whole) == len(rows)
     assert all(np.array_equal(getattr(whole, f), getattr(chunked, f)) for f in Ratings._fields)
@@ -139,7 +126,7 @@ def test_movielens_chunk_boundaries_and_blank_lines(tmp_path, monkeypatch):
 )
 def test_movielens_bad_lines_name_file_line_field(tmp_path, fmt, bad, line, message):
     rows = _ratings(num_users=1, max_count=2, min_count=2, half_stars=False)
-    path = _write_ml(tmp_path, fmt, rows, eol="\r\n")
+    path = write_movielens_ratings(tmp_path, fmt, rows, eol="\r\n")
     path.write_bytes(path.read_bytes() + bad.encode())  # truncated / malformed last line, no final newline
     with pytest.raises(ValueError, match=re.escape(str(path)) + " " + message):
         read_movielens_ratings(path)
@@ -147,11 +134,11 @@ def test_movielens_bad_lines_name_file_line_field(tmp_path, fmt, bad, line, mess
 
 def test_movielens_error_line_numbers_across_chunks(tmp_path, monkeypatch):
     rows = _ratings(num_users=100, seed=1)
-    path = _write_ml(tmp_path, "ratings.csv", rows)
+    path = write_movielens_ratings(tmp_path, "ratings.csv", rows)
     lines = path.read_text().splitlines()
     lines[700] = "1,2,3.0"
     path.write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(ratings_module, "_CHUNK_BYTES", 1500)
+    monkeypatch.setattr(text_module, "CHUNK_BYTES", 1500)
     with pytest.raises(ValueError, match=r"ratings.csv line 701: expected 4 fields"):
         read_movielens_ratings(path)
 
@@ -170,7 +157,7 @@ def test_movielens_header_is_checked(tmp_path):
 def test_time_split_matches_brute_force(tmp_path, protocol, num_test, num_val):
     rows = _ratings(seed=5)
     rows += [(rows[0][0], rows[0][1], 1.5, rows[0][3] + 10**6)]  # a duplicate rating, later: it wins
-    _write_ml(tmp_path / "ml", "ratings.csv", rows)
+    write_movielens_ratings(tmp_path / "ml", "ratings.csv", rows)
     kw = {"eval_negatives": 0} if protocol == "libauc" else {}
     dm = _dm(tmp_path / "ml", tmp_path, protocol=protocol, **kw)
     ref = _reference_split(rows, num_test, num_val)
@@ -191,7 +178,7 @@ def test_users_with_fewer_ratings_than_held_out(tmp_path):
     rows = [(1, 10 + k, 4.0, 100 + k) for k in range(3)] + [(2, 10 + k, 3.0, 200 + k) for k in range(12)]
     rows += [(3, 10, 5.0, 7)]  # a single rating: training only
     root = tmp_path / "ml"
-    _write_ml(root, "ratings.csv", rows)
+    write_movielens_ratings(root, "ratings.csv", rows)
     dm = _dm(root, tmp_path, protocol="libauc", eval_negatives=3)
     counts = {s: np.diff(dm._arrays[f"{s}_indptr"]).tolist() for s in ("train", "val", "test")}
     assert counts == {"train": [1, 2, 1], "val": [0, 5, 0], "test": [2, 5, 0]}
@@ -207,7 +194,7 @@ def test_users_with_fewer_ratings_than_held_out(tmp_path):
 def test_relevance_binary_threshold_and_ideal_dcg(tmp_path):
     rows = _ratings(seed=9)
     root = tmp_path / "ml"
-    _write_ml(root, "ratings.csv", rows)
+    write_movielens_ratings(root, "ratings.csv", rows)
     graded = _dm(root, tmp_path, top_k=3)
     binary = _dm(root, tmp_path, relevance="binary", relevance_threshold=3.5)
     ref = _reference_split(rows, 1, 1)
@@ -234,7 +221,7 @@ def test_relevance_binary_threshold_and_ideal_dcg(tmp_path):
 def test_full_ranking_eval_batches(tmp_path):
     rows = _ratings(seed=4, min_count=3)
     root = tmp_path / "ml"
-    _write_ml(root, "ratings.csv", rows)
+    write_movielens_ratings(root, "ratings.csv", rows)
     dm = _dm(root, tmp_path, eval_batch_size=16)
     dm.setup()
     ref = _reference_split(rows, 1, 1)
@@ -262,7 +249,7 @@ def test_full_ranking_eval_batches(tmp_path):
 def test_libauc_sampled_candidates(tmp_path):
     rows = _ratings(num_items=60, seed=6, min_count=12, max_count=50)
     root = tmp_path / "ml"
-    _write_ml(root, "ratings.csv", rows)
+    write_movielens_ratings(root, "ratings.csv", rows)
     dm = _dm(root, tmp_path, protocol="libauc", eval_negatives=20, eval_batch_size=8)
     dm.setup()
     rated = defaultdict(set)
@@ -286,14 +273,14 @@ def test_libauc_sampled_candidates(tmp_path):
 # ---------------------------------------------------------------------------------------------- DataModule mechanics
 def test_version_detection_and_layouts(tmp_path):
     rows = _ratings(num_users=5, half_stars=False)
-    _write_ml(tmp_path / "a" / "ml-1m", "ratings.dat", rows)
+    write_movielens_ratings(tmp_path / "a" / "ml-1m", "ratings.dat", rows)
     assert detect_movielens(tmp_path / "a")[0] == "ml-1m"
-    _write_ml(tmp_path / "b" / "ml-10M100K", "ratings.dat", rows)
+    write_movielens_ratings(tmp_path / "b" / "ml-10M100K", "ratings.dat", rows)
     assert detect_movielens(tmp_path / "b")[0] == "ml-10m"
     assert detect_movielens(tmp_path / "b" / "ml-10M100K")[0] == "ml-10m"
-    _write_ml(tmp_path / "c", "u.data", rows)
+    write_movielens_ratings(tmp_path / "c", "u.data", rows)
     assert detect_movielens(tmp_path / "c")[0] == "ml-100k"
-    _write_ml(tmp_path / "a" / "ml-20m", "ratings.csv", rows)
+    write_movielens_ratings(tmp_path / "a" / "ml-20m", "ratings.csv", rows)
     with pytest.raises(ValueError, match="several MovieLens releases"):
         detect_movielens(tmp_path / "a")
     assert _dm(tmp_path / "a", tmp_path, version="ml-20m").ratings_file.parent.name == "ml-20m"
@@ -306,12 +293,9 @@ def test_version_detection_and_layouts(tmp_path):
 
 
 def _zip_bytes(rows) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        body = "".join(f"{u},{i},{r},{t}\n" for u, i, r, t in rows)
-        z.writestr("ml-latest-small/ratings.csv", "userId,movieId,rating,timestamp\n" + body)
-        z.writestr("ml-latest-small/README.txt", "readme")
-    return buf.getvalue()
+    body = "".join(f"{u},{i},{r},{t}\n" for u, i, r, t in rows)
+    return zip_bytes({"ml-latest-small/ratings.csv": "userId,movieId,rating,timestamp\n" + body,
+                      "ml-latest-small/README.txt": "readme"})
 
 
 def test_zip_in_root_is_extracted_and_download_fetches_the_grouplens_zip(tmp_path, monkeypatch):
@@ -346,7 +330,7 @@ def test_zip_in_root_is_extracted_and_download_fetches_the_grouplens_zip(tmp_pat
 def test_cache_loads_without_parsing_and_bad_input_leaves_nothing(tmp_path, monkeypatch):
     rows = _ratings(seed=2)
     root = tmp_path / "ml"
-    path = _write_ml(root, "ratings.csv", rows)
+    path = write_movielens_ratings(root, "ratings.csv", rows)
     first = _dm(root, tmp_path)
     import fccolit.datamodules.movielens as ml
 
@@ -371,7 +355,7 @@ def test_cache_loads_without_parsing_and_bad_input_leaves_nothing(tmp_path, monk
 def test_training_loader_and_state_dict_resume(tmp_path):
     rows = _ratings(seed=11)
     root = tmp_path / "ml"
-    _write_ml(root, "ratings.csv", rows)
+    write_movielens_ratings(root, "ratings.csv", rows)
     dm = _dm(root, tmp_path, queries_per_batch=8, num_positives=3, num_negatives=7, top_k=5, seed=3)
     dm.setup("fit")
     assert dm.sizes["top_k"] == 5  # lets K-SONG check that its K is the K of ideal_dcg_at_k
@@ -417,37 +401,8 @@ def test_real_ml_latest_small_matches_its_readme(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- Netflix
-def _netflix_fixture(root: Path, seed=0, num_movies=12, num_users=30):
-    """combined_data_{1,2}.txt with the quirks: sparse ids, same-day ties, CRLF in one file, a blank line, a
-    block continuing across a chunk boundary, no final newline; plus probe.txt."""
-    rng = np.random.default_rng(seed)
-    root.mkdir(parents=True, exist_ok=True)
-    customer = rng.choice(2_649_429, size=num_users, replace=False) + 1
-    rows, blocks = [], {}
-    for movie in range(1, num_movies + 1):
-        lines = []
-        for c in rng.choice(customer, size=int(rng.integers(3, num_users)), replace=False):
-            day = f"2005-0{int(rng.integers(1, 4))}-{int(rng.integers(10, 13))}"  # few distinct days: ties
-            r = int(rng.integers(1, 6))
-            lines.append(f"{c},{r},{day}")
-            rows.append((int(c), movie, float(r), day))
-        blocks[movie] = lines
-    half = num_movies // 2
-    text1 = "".join(f"{m}:\r\n" + "".join(l + "\r\n" for l in blocks[m]) for m in range(1, half + 1))
-    text2 = "".join(f"{m}:\n" + "\n".join(blocks[m]) + "\n" for m in range(half + 1, num_movies + 1))
-    text2 = text2.replace("\n", "\n\n", 1).rstrip("\n")
-    (root / "combined_data_1.txt").write_bytes(text1.encode())
-    (root / "combined_data_2.txt").write_bytes(text2.encode())
-    probe = [(c, m) for (c, m, _, _) in rows[::5]]
-    by_movie = defaultdict(list)
-    for c, m in probe:
-        by_movie[m].append(c)
-    (root / "probe.txt").write_text("".join(f"{m}:\n" + "".join(f"{c}\n" for c in cs) for m, cs in by_movie.items()))
-    return rows, probe
-
-
 def test_netflix_reader_quirks(tmp_path, monkeypatch):
-    rows, probe = _netflix_fixture(tmp_path / "nf")
+    rows, probe = write_netflix_quirks(tmp_path / "nf")
     files = [tmp_path / "nf" / "combined_data_1.txt", tmp_path / "nf" / "combined_data_2.txt"]
     parsed = read_netflix_ratings(files)
     np.testing.assert_array_equal(parsed.user, [r[0] for r in rows])
@@ -457,7 +412,7 @@ def test_netflix_reader_quirks(tmp_path, monkeypatch):
     np.testing.assert_array_equal(parsed.time, days)
     slow = read_netflix_ratings(files, _force_slow=True)
     assert all(np.array_equal(getattr(parsed, f), getattr(slow, f)) for f in Ratings._fields)
-    monkeypatch.setattr(ratings_module, "_CHUNK_BYTES", 50)  # blocks continue across chunks
+    monkeypatch.setattr(text_module, "CHUNK_BYTES", 50)  # blocks continue across chunks
     chunked = read_netflix_ratings(files)
     assert all(np.array_equal(getattr(parsed, f), getattr(chunked, f)) for f in Ratings._fields)
     users, items = read_netflix_probe(tmp_path / "nf" / "probe.txt")
@@ -483,7 +438,7 @@ def test_netflix_bad_input(tmp_path, text, line, message):
 
 
 def test_netflix_datamodule_filter_and_probe(tmp_path):
-    rows, probe = _netflix_fixture(tmp_path / "nf", num_movies=16, num_users=25)
+    rows, probe = write_netflix_quirks(tmp_path / "nf", num_movies=16, num_users=25)
     counts = defaultdict(int)
     for c, *_ in rows:
         counts[c] += 1
@@ -550,7 +505,7 @@ def test_lightning_resume_mid_epoch_continues_the_stream(tmp_path):
 
     rows = _ratings(seed=12)
     root = tmp_path / "ml"
-    _write_ml(root, "ratings.csv", rows)
+    write_movielens_ratings(root, "ratings.csv", rows)
 
     def run(seen, ckpt_path=None, callbacks=()):
         dm = _dm(root, tmp_path, queries_per_batch=4, num_positives=2, num_negatives=3, seed=5)

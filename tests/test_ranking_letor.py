@@ -15,10 +15,11 @@ import pytest
 import torch
 from fixtures import SHARED_DATA
 
-import fccolit.io.ratings as ratings_module
+import fccolit.io.text as text_module
 from fccolit.datamodules.mslr import ALLRANK_NEGATIVE_FEATURES, ALLRANK_NO_LOG_FEATURES, MSLRDataModule
 from fccolit.io.letor import group_by_query, parse_letor, read_lightgbm_ranking, read_query_sizes
 from fccolit.metrics.ranking import NDCG
+from fccolit.testing import write_letor
 
 LIGHTGBM = SHARED_DATA / "letor-lightgbm-lambdarank"
 
@@ -39,20 +40,6 @@ def _letor_docs(num_queries, num_features, seed, empty_query=None, sparse=False)
     return docs
 
 
-def _write_letor(path: Path, docs, eol="\n", comments=False, shuffle_queries=False):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for n, (qid, label, feats) in enumerate(docs):
-        line = f"{label} qid:{qid} " + " ".join(f"{j}:{v:.6g}" for j, v in sorted(feats.items()))
-        if comments:
-            line += f" #docid = GX{n:03d}-00-0000000 inc = 1 prob = 0.0{n}"
-        lines.append(line)
-    if shuffle_queries:  # a query's documents split over the file
-        lines = lines[1::2] + lines[::2]
-    path.write_bytes((eol.join(lines) + eol).encode())
-    return lines
-
-
 def _dense(docs, width):
     x = np.zeros((len(docs), width), dtype=np.float32)
     for r, (_, _, feats) in enumerate(docs):
@@ -65,7 +52,7 @@ def _dense(docs, width):
 @pytest.mark.parametrize("eol", ["\n", "\r\n"])
 def test_parse_letor_with_comments_and_crlf(tmp_path, eol):
     docs = _letor_docs(6, 46, seed=0, sparse=True)
-    _write_letor(tmp_path / "train.txt", docs, eol=eol, comments=True)
+    write_letor(tmp_path / "train.txt", docs, eol=eol, comments=True)
     parsed = parse_letor(tmp_path / "train.txt", num_features=46)
     np.testing.assert_array_equal(parsed.qid, [d[0] for d in docs])
     np.testing.assert_array_equal(parsed.relevance, [d[1] for d in docs])
@@ -78,9 +65,9 @@ def test_parse_letor_with_comments_and_crlf(tmp_path, eol):
 
 def test_parse_letor_chunks_and_string_qids(tmp_path, monkeypatch):
     docs = _letor_docs(20, 10, seed=1)
-    _write_letor(tmp_path / "a.txt", docs)
+    write_letor(tmp_path / "a.txt", docs)
     whole = parse_letor(tmp_path / "a.txt")
-    monkeypatch.setattr(ratings_module, "_CHUNK_BYTES", 300)
+    monkeypatch.setattr(text_module, "CHUNK_BYTES", 300)
     chunked = parse_letor(tmp_path / "a.txt")
     np.testing.assert_array_equal(whole.features, chunked.features)
     np.testing.assert_array_equal(whole.qid, chunked.qid)
@@ -161,7 +148,7 @@ def _mslr_fold(root: Path, seed=0, eol="\n"):
         "test": _letor_docs(6, 136, seed + 2),
     }
     for split, d in docs.items():
-        _write_letor(root / "Fold2" / f"{split}.txt", d, eol=eol, shuffle_queries=(split == "train"))
+        write_letor(root / "Fold2" / f"{split}.txt", d, eol=eol, shuffle_queries=(split == "train"))
     return docs
 
 
@@ -243,8 +230,8 @@ def test_mslr_options_errors_and_cache(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match=missing):
         MSLRDataModule(tmp_path / "web30k", fold=1, cache_dir=tmp_path / "cache")
     small = tmp_path / "small"
-    _write_letor(small / "train.txt", _letor_docs(4, 10, 0))
-    _write_letor(small / "test.txt", _letor_docs(3, 10, 1))
+    write_letor(small / "train.txt", _letor_docs(4, 10, 0))
+    write_letor(small / "test.txt", _letor_docs(3, 10, 1))
     with pytest.raises(ValueError, match="allRank's MSLR feature lists, which need 136 features, but the data has 10"):
         MSLRDataModule(small, cache_dir=tmp_path / "c1")
     dm = MSLRDataModule(small, normalize=None, cache_dir=tmp_path / "c1")
@@ -263,10 +250,10 @@ def test_mslr_options_errors_and_cache(tmp_path, monkeypatch):
     monkeypatch.undo()
 
     bad = tmp_path / "bad"
-    _write_letor(bad / "train.txt", _letor_docs(3, 5, 0))
+    write_letor(bad / "train.txt", _letor_docs(3, 5, 0))
     with open(bad / "train.txt", "a") as f:
         f.write("1 qid:9 1:0.5 2:oops\n")
-    _write_letor(bad / "test.txt", _letor_docs(2, 5, 1))
+    write_letor(bad / "test.txt", _letor_docs(2, 5, 1))
     with pytest.raises(ValueError, match=r"train.txt line \d+: feature '2:oops' is not <index>:<value>"):
         MSLRDataModule(bad, normalize=None, cache_dir=tmp_path / "c2")
     assert not (tmp_path / "c2").exists() or list((tmp_path / "c2").iterdir()) == []

@@ -11,13 +11,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from fccolit.data import identity_collate
-from fccolit.datamodules.ranking import (
-    ListwiseTrainDataset,
-    RecommendationTrainDataset,
-    build_recommendation_arrays,
-    ltr_pair_arrays,
-    unrated_items,
-)
+from fccolit.datasets.letor import ListwiseTrainDataset, ltr_pair_arrays
+from fccolit.datasets.recommendation import RecommendationTrainDataset, build_recommendation_arrays
+from fccolit.io.csr import unrated_items
 from fccolit.io.ratings import Ratings
 from fccolit.samplers.ranking import QueryBatch, QueryBatchSampler, batch_integers, batch_uniforms, sample_distinct
 

@@ -215,7 +215,8 @@ def test_clip_on_bdd100k_one_epoch(tmp_path):
     from lightning.pytorch import Trainer
 
     from fccolit.algorithms.sox import SOX
-    from fccolit.datamodules.bdd100k import BDD100KDataModule, write_bdd100k
+    from fccolit.datamodules.bdd100k import BDD100KDataModule
+    from fccolit.testing import write_bdd100k
     from fccolit.objectives import AveragePrecision
 
     weather = ["clear", "overcast", "snowy", "rainy", "partly cloudy", "foggy"]

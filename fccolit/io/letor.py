@@ -34,8 +34,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fccolit.io.libsvm import MAX_INDEX, _fast_chunk, allocate_dense, fits_storage, parse_libsvm
-from fccolit.io.ratings import _chunks, _text
+from fccolit.io.libsvm import MAX_INDEX, allocate_dense, fits_storage, parse_chunk, parse_libsvm
+from fccolit.io.text import line_chunks, shorten
 
 __all__ = ["LetorFile", "parse_letor", "read_lightgbm_ranking", "read_query_sizes", "group_by_query"]
 
@@ -79,20 +79,20 @@ def _slow_chunk(chunk: bytes, name: str, line0: int, upper: int | None, with_qid
         where = f"{name} line {line0 + n + 1}"
         if not _finite_number(tokens[0]):
             raise ValueError(
-                f"{where}: relevance label {_text(tokens[0])!r} is not a finite number (every line starts with it)"
+                f"{where}: relevance label {shorten(tokens[0])!r} is not a finite number (every line starts with it)"
             )
         label = float(tokens[0])
         if label < 0:
-            raise ValueError(f"{where}: relevance label {_text(tokens[0])!r} is negative (relevance grades are >= 0)")
+            raise ValueError(f"{where}: relevance label {shorten(tokens[0])!r} is negative (relevance grades are >= 0)")
         if not fits_storage(label):
             raise ValueError(
-                f"{where}: relevance label {_text(tokens[0])!r} is beyond the float32 range of the labels "
+                f"{where}: relevance label {shorten(tokens[0])!r} is beyond the float32 range of the labels "
                 "(relevance grades are small integers, 0-4 in MSLR and Yahoo)"
             )
         features = tokens[1:]
         if with_qid:
             if len(tokens) < 2 or not tokens[1].startswith("qid:"):
-                found = _text(tokens[1]) if len(tokens) > 1 else "nothing"
+                found = shorten(tokens[1]) if len(tokens) > 1 else "nothing"
                 raise ValueError(f"{where}: expected 'qid:<query id>' as the second token, found {found!r}")
             if tokens[1] == "qid:":
                 raise ValueError(f"{where}: token 'qid:' has an empty query id")
@@ -101,26 +101,26 @@ def _slow_chunk(chunk: bytes, name: str, line0: int, upper: int | None, with_qid
         indices, values, seen = [], [], set()
         for token in features:
             if token.startswith("qid:"):
-                raise ValueError(f"{where}: '{_text(token)}' is a second qid (the query id is the second token only)")
+                raise ValueError(f"{where}: '{shorten(token)}' is a second qid (the query id is the second token only)")
             index, colon, value = token.partition(":")
             if not (colon and _DIGITS.fullmatch(index) and _NUMBER.fullmatch(value)):
-                raise ValueError(f"{where}: feature '{_text(token)}' is not <index>:<value>")
+                raise ValueError(f"{where}: feature '{shorten(token)}' is not <index>:<value>")
             if not np.isfinite(float(value)):
-                raise ValueError(f"{where}: feature '{_text(token)}' has a value that is not finite")
+                raise ValueError(f"{where}: feature '{shorten(token)}' has a value that is not finite")
             if not fits_storage(float(value)):
                 raise ValueError(
-                    f"{where}: feature '{_text(token)}' has a value beyond the float32 range of the feature matrix "
+                    f"{where}: feature '{shorten(token)}' has a value beyond the float32 range of the feature matrix "
                     "(|value| <= 3.402823e+38); rescale the feature or fix the value"
                 )
             i = int(index)
             if i < 1:
-                raise ValueError(f"{where}: feature '{_text(token)}' has index {i} < 1 (indices are 1-based)")
+                raise ValueError(f"{where}: feature '{shorten(token)}' has index {i} < 1 (indices are 1-based)")
             if upper is not None and i > upper:
-                raise ValueError(f"{where}: feature '{_text(token)}' has index {i}, beyond num_features={upper}")
+                raise ValueError(f"{where}: feature '{shorten(token)}' has index {i}, beyond num_features={upper}")
             if i > MAX_INDEX:
-                raise ValueError(f"{where}: feature '{_text(token)}' has index {i}, larger than {MAX_INDEX}")
+                raise ValueError(f"{where}: feature '{shorten(token)}' has index {i}, larger than {MAX_INDEX}")
             if i in seen:
-                raise ValueError(f"{where}: feature '{_text(token)}' repeats index {i} within the line")
+                raise ValueError(f"{where}: feature '{shorten(token)}' repeats index {i} within the line")
             seen.add(i)
             indices.append(i - 1)
             values.append(float(value))
@@ -154,14 +154,14 @@ def _parse(path: Path, num_features: int | None, with_qid: bool, _force_slow: bo
     name = str(path)
     labels, qids, lines, blocks = [], [], [], []
     widest_line, widest = 0, 0  # the line of the largest feature index so far, and that index (1-based)
-    for chunk, line0 in _chunks(path, "parsing"):
+    for chunk, line0 in line_chunks(path, "parsing"):
         part = None
         if not _force_slow:
             text = _COMMENT.sub(b"", chunk) if b"#" in chunk else chunk
             if with_qid:
                 found = _QID.findall(text)
                 text = _QID.sub(rb"\1", text)
-            part = _fast_chunk(text, 1, upper)
+            part = parse_chunk(text, 1, upper)
             if part is not None and with_qid and (len(found) != part.labels.size or b"qid:" in text):
                 part = None
             if part is not None and (part.labels < 0).any():
@@ -241,7 +241,7 @@ def read_query_sizes(path: str | os.PathLike) -> np.ndarray:
             if not text:
                 continue
             if not _DIGITS.fullmatch(text) or int(text) < 1:
-                raise ValueError(f"{path} line {n}: group size {_text(text)!r} is not a positive integer")
+                raise ValueError(f"{path} line {n}: group size {shorten(text)!r} is not a positive integer")
             sizes.append(int(text))
     return np.asarray(sizes, dtype=np.int64)
 

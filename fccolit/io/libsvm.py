@@ -36,9 +36,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fccolit.io.ratings import progress_bar
+from fccolit.io.text import progress_bar
 
-__all__ = ["LibSVMFile", "allocate_dense", "dense_size_error", "fits_storage", "parse_libsvm", "read_libsvm", "MAX_INDEX"]
+__all__ = [
+    "LibSVMFile", "ParsedChunk", "allocate_dense", "dense_size_error", "fits_storage", "parse_chunk", "parse_libsvm",
+    "read_libsvm", "MAX_INDEX",
+]
 
 #: Largest feature index accepted (a dense matrix wider than this could not be allocated anyway).
 MAX_INDEX = 2**31 - 2
@@ -180,7 +183,9 @@ def _read_bytes(path: Path) -> bytes:
         return f.read()
 
 
-class _Chunk(NamedTuple):
+class ParsedChunk(NamedTuple):
+    """LIBSVM lines parsed by :func:`parse_chunk` (sparse rows, as written)."""
+
     labels: np.ndarray  # [n] float64
     lines: np.ndarray  # [n] int64, 0-based line within the chunk
     counts: np.ndarray  # [n] int64 features per row
@@ -240,8 +245,13 @@ def _decimals(data: bytes, buf: np.ndarray, start: np.ndarray, end: np.ndarray) 
     return values
 
 
-def _fast_chunk(data: bytes, lower: int, upper: int | None) -> _Chunk | None:
-    """Vectorised parse of whole lines; None when anything looks off (then the slow path explains what)."""
+def parse_chunk(data: bytes, lower: int, upper: int | None) -> ParsedChunk | None:
+    """Vectorised parse of whole LIBSVM lines (``data`` ends with a newline), feature indices checked to lie in
+    ``[lower, upper]`` (``upper`` None: :data:`MAX_INDEX`).
+
+    Returns None when anything looks off: then the line-by-line parser re-reads the chunk and its error names the
+    line and the field (also used by :mod:`fccolit.io.letor` once the ``qid`` tokens are cut out).
+    """
     buf = np.frombuffer(data, dtype=np.uint8)
     empty = np.zeros(0, dtype=np.int64)
     if not np.take(_FAST_BYTES, buf).all():
@@ -255,7 +265,7 @@ def _fast_chunk(data: bytes, lower: int, upper: int | None) -> _Chunk | None:
     starts = np.flatnonzero(is_start)
     ends = np.flatnonzero(is_end) + 1
     if starts.size == 0:
-        return _Chunk(np.zeros(0), empty, empty, empty, np.zeros(0))
+        return ParsedChunk(np.zeros(0), empty, empty, empty, np.zeros(0))
     token_line = np.cumsum(buf == ord("\n"), dtype=np.int32)[starts]  # 0-based line in the chunk
     first = np.ones(starts.size, dtype=bool)
     first[1:] = token_line[1:] != token_line[:-1]
@@ -310,7 +320,7 @@ def _fast_chunk(data: bytes, lower: int, upper: int | None) -> _Chunk | None:
             key = row[suspects] * (MAX_INDEX + 2) + indices[suspects]
             if np.unique(key).size != key.size:
                 return None
-    return _Chunk(labels, token_line[first].astype(np.int64), counts, indices, values)
+    return ParsedChunk(labels, token_line[first].astype(np.int64), counts, indices, values)
 
 
 #: Storage dtype of the feature values (the dense matrices of :meth:`LibSVMFile.to_dense` and the caches).
@@ -334,7 +344,7 @@ def _finite(token: bytes) -> bool:
         return True
 
 
-def _slow_chunk(data: bytes, lower: int, upper: int | None, zero_based: bool, name: str, line0: int) -> _Chunk:
+def _slow_chunk(data: bytes, lower: int, upper: int | None, zero_based: bool, name: str, line0: int) -> ParsedChunk:
     """Line-by-line parse with precise errors; the specification the fast path must agree with."""
     labels, lines, counts, indices, values = [], [], [], [], []
     base = "0-based" if zero_based else "1-based; pass zero_based=True for a 0-based file"
@@ -388,7 +398,7 @@ def _slow_chunk(data: bytes, lower: int, upper: int | None, zero_based: bool, na
         lines.append(n)
         counts.append(len(tokens) - 1)
     as64 = lambda a, t: np.asarray(a, dtype=t).reshape(-1)  # noqa: E731
-    return _Chunk(as64(labels, np.float64), as64(lines, np.int64), as64(counts, np.int64),
+    return ParsedChunk(as64(labels, np.float64), as64(lines, np.int64), as64(counts, np.int64),
                   as64(indices, np.int64), as64(values, np.float64))
 
 
@@ -422,7 +432,7 @@ def parse_libsvm(
     upper = None if num_features is None else int(num_features) - 1 + lower  # largest index allowed
     data = _read_bytes(path)
     name = str(path)
-    parts: list[_Chunk] = []
+    parts: list[ParsedChunk] = []
     line0 = 0
     bar = progress_bar(path, len(data), "parsing")  # a bar for files of 32 MiB and more
     for start, stop in _chunks(data, _CHUNK_BYTES):
@@ -431,7 +441,7 @@ def parse_libsvm(
         chunk = data[start:stop]
         if b"#" in chunk:
             chunk = _COMMENT.sub(b"", chunk)
-        part = None if _force_slow else _fast_chunk(chunk, lower, upper)
+        part = None if _force_slow else parse_chunk(chunk, lower, upper)
         if part is None:
             part = _slow_chunk(chunk, lower, upper, zero_based, name, line0)
         parts.append(part._replace(lines=part.lines + line0 + 1))

@@ -32,15 +32,12 @@ import io
 import os
 import re
 from pathlib import Path
-from typing import Iterator, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
 
-try:  # tqdm comes with datasets / transformers; the readers work without it
-    from tqdm.auto import tqdm
-except ImportError:  # pragma: no cover
-    tqdm = None
+from fccolit.io.text import line_chunks, shorten
 
 __all__ = [
     "MOVIELENS_FORMATS",
@@ -50,9 +47,6 @@ __all__ = [
     "read_netflix_ratings",
     "read_netflix_probe",
 ]
-
-_CHUNK_BYTES = 64 << 20
-_PROGRESS_BYTES = 32 << 20  # show a progress bar for files at least this large
 
 #: file name → (field separator, header line or None)
 MOVIELENS_FORMATS: dict[str, tuple[bytes, bytes | None]] = {
@@ -93,56 +87,10 @@ def _concat(parts: list[Ratings]) -> Ratings:
     return Ratings(*(np.concatenate([getattr(p, f) for p in parts]) for f in Ratings._fields))
 
 
-# ------------------------------------------------------------------------------------------------ chunks
-def progress_bar(path: Path, total: int, desc: str):
-    """A tqdm bar of `total` bytes for reading `path` (None for files under 32 MiB or without tqdm)."""
-    if tqdm is None or total < _PROGRESS_BYTES:
-        return None
-    return tqdm(total=total, unit="B", unit_scale=True, desc=f"{desc} {path.name}", leave=False)
-
-
-def _chunks(path: Path, desc: str, start: int = 0) -> Iterator[tuple[bytes, int]]:
-    """``(chunk, lines before it)``: whole lines of ``path`` from byte ``start``, about 64 MiB at a time; every
-    chunk ends with ``\\n`` (one is added after a final line without it)."""
-    size = path.stat().st_size
-    bar = progress_bar(path, size, desc)
-    lines_before = 0
-    carry = b""
-    try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            if bar is not None:
-                bar.update(start)
-            while True:
-                block = f.read(_CHUNK_BYTES)
-                if bar is not None:
-                    bar.update(len(block))
-                if not block:
-                    break
-                data = carry + block
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:  # no newline yet: one very long line
-                    carry = data
-                    continue
-                chunk, carry = data[:cut], data[cut:]
-                yield chunk, lines_before
-                lines_before += chunk.count(b"\n")
-            if carry:
-                yield carry + b"\n", lines_before
-    finally:
-        if bar is not None:
-            bar.close()
-
-
-def _text(token: bytes | str, limit: int = 60) -> str:
-    s = token.decode("utf-8", errors="replace") if isinstance(token, bytes) else token
-    return s if len(s) <= limit else s[:limit] + "..."
-
-
 # ------------------------------------------------------------------------------------------------ MovieLens
 def _scale_error(where: str, field: str, value: str, scale: tuple[float, float]) -> ValueError:
     return ValueError(
-        f"{where}: field '{field}' = {_text(value)!r} is outside the rating scale [{scale[0]:g}, {scale[1]:g}] "
+        f"{where}: field '{field}' = {shorten(value)!r} is outside the rating scale [{scale[0]:g}, {scale[1]:g}] "
         "(a rating far outside it would overflow the gain 2^y - 1; fix the line, or pass the data's own scale "
         "as rating_scale)"
     )
@@ -166,32 +114,32 @@ def _movielens_slow(
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError:
-            raise ValueError(f"{where}: the line is not UTF-8 text: {_text(line)!r}") from None
+            raise ValueError(f"{where}: the line is not UTF-8 text: {shorten(line)!r}") from None
         fields = [f.strip().strip('"') for f in text.split(sep_text)]
         if len(fields) != 4:
             hint = " (is the file truncated?)" if len(fields) < 4 else ""
             raise ValueError(
                 f"{where}: expected 4 fields separated by {sep_text!r} (user, item, rating, timestamp), found "
-                f"{len(fields)}: {_text(text)!r}{hint}"
+                f"{len(fields)}: {shorten(text)!r}{hint}"
             )
         for k, (field, value) in enumerate(zip(_FIELDS, fields)):
             if field == "rating":
                 if not _FLOAT.fullmatch(value):
-                    raise ValueError(f"{where}: field 'rating' = {_text(value)!r} is not a number")
+                    raise ValueError(f"{where}: field 'rating' = {shorten(value)!r} is not a number")
                 number = float(value)
                 if not np.isfinite(number) or number < 0:
-                    raise ValueError(f"{where}: field 'rating' = {_text(value)!r} must be a finite number >= 0")
+                    raise ValueError(f"{where}: field 'rating' = {shorten(value)!r} must be a finite number >= 0")
                 if scale is not None and not scale[0] <= number <= scale[1]:
                     raise _scale_error(where, "rating", value, scale)
                 if number > _FLOAT32_MAX:
-                    raise ValueError(f"{where}: field 'rating' = {_text(value)!r} is beyond the float32 range of the ratings")
+                    raise ValueError(f"{where}: field 'rating' = {shorten(value)!r} is beyond the float32 range of the ratings")
                 cols[k].append(number)
             else:
                 if not _INT.fullmatch(value):
-                    raise ValueError(f"{where}: field '{field}' = {_text(value)!r} is not a non-negative integer")
+                    raise ValueError(f"{where}: field '{field}' = {shorten(value)!r} is not a non-negative integer")
                 number = int(value)
                 if number >= 2**63:
-                    raise ValueError(f"{where}: field '{field}' = {_text(value)!r} does not fit in 64 bits")
+                    raise ValueError(f"{where}: field '{field}' = {shorten(value)!r} does not fit in 64 bits")
                 cols[k].append(number)
     return Ratings(
         np.asarray(cols[0], dtype=np.int64),
@@ -276,13 +224,13 @@ def read_movielens_ratings(
         text = first.rstrip(b"\r\n").lstrip(b"\xef\xbb\xbf")
         if text.replace(b'"', b"").replace(b" ", b"") != header:
             raise ValueError(
-                f"{path} line 1: expected the header {header.decode()!r}, found {_text(text)!r} "
+                f"{path} line 1: expected the header {header.decode()!r}, found {shorten(text)!r} "
                 f"(a {fmt} file starts with that header line)"
             )
         start, header_lines = len(first), 1
     name = str(path)
     parts = []
-    for chunk, line0 in _chunks(path, "parsing", start):
+    for chunk, line0 in line_chunks(path, "parsing", start):
         part = None if _force_slow else _movielens_fast(chunk.replace(b"\r\n", b"\n"), sep, rating_scale)
         if part is None:
             part = _movielens_slow(chunk, sep, name, line0 + header_lines, rating_scale)
@@ -325,34 +273,34 @@ def _netflix_slow(
         text = line.decode("utf-8", errors="replace")
         if text.endswith(":"):
             if not _INT.fullmatch(text[:-1].strip()):
-                raise ValueError(f"{where}: movie header {_text(text)!r} is not '<MovieID>:' with an integer id")
+                raise ValueError(f"{where}: movie header {shorten(text)!r} is not '<MovieID>:' with an integer id")
             movie = int(text[:-1])
             continue
         if movie is None:
             raise ValueError(
-                f"{where}: rating line {_text(text)!r} before any '<MovieID>:' header (a block starts with its "
+                f"{where}: rating line {shorten(text)!r} before any '<MovieID>:' header (a block starts with its "
                 "movie's header line)"
             )
         fields = [f.strip() for f in text.split(",")]
         if len(fields) != (1 if probe else 3):
             hint = " (is the file truncated?)" if len(fields) < (1 if probe else 3) else ""
-            raise ValueError(f"{where}: expected {expected}, found {_text(text)!r}{hint}")
+            raise ValueError(f"{where}: expected {expected}, found {shorten(text)!r}{hint}")
         if not _INT.fullmatch(fields[0]):
-            raise ValueError(f"{where}: field 'CustomerID' = {_text(fields[0])!r} is not a non-negative integer")
+            raise ValueError(f"{where}: field 'CustomerID' = {shorten(fields[0])!r} is not a non-negative integer")
         users.append(int(fields[0]))
         movies.append(movie)
         if not probe:
             if not _INT.fullmatch(fields[1]):
                 raise ValueError(
-                    f"{where}: field 'Rating' = {_text(fields[1])!r} is not an integer (Netflix ratings are 1-5)"
+                    f"{where}: field 'Rating' = {shorten(fields[1])!r} is not an integer (Netflix ratings are 1-5)"
                 )
             if scale is not None and not scale[0] <= int(fields[1]) <= scale[1]:
                 raise _scale_error(where, "Rating", fields[1], scale)
             if abs(int(fields[1])) > _FLOAT32_MAX:
-                raise ValueError(f"{where}: field 'Rating' = {_text(fields[1])!r} is beyond the float32 range of the ratings")
+                raise ValueError(f"{where}: field 'Rating' = {shorten(fields[1])!r} is beyond the float32 range of the ratings")
             day = _netflix_date(fields[2])
             if day is None:
-                raise ValueError(f"{where}: field 'Date' = {_text(fields[2])!r} is not a valid date YYYY-MM-DD")
+                raise ValueError(f"{where}: field 'Date' = {shorten(fields[2])!r} is not a valid date YYYY-MM-DD")
             ratings.append(int(fields[1]))
             times.append(day)
     cols = (
@@ -438,7 +386,7 @@ def _read_netflix_blocks(
         if not path.is_file():
             raise FileNotFoundError(f"Netflix Prize file not found: {path}")
         movie = None  # every file starts with a header
-        for chunk, line0 in _chunks(path, "parsing"):
+        for chunk, line0 in line_chunks(path, "parsing"):
             result = None if _force_slow else _netflix_fast(chunk, movie, probe, scale)
             if result is None:
                 result = _netflix_slow(chunk, movie, probe, str(path), line0, scale)
