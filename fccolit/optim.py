@@ -101,7 +101,47 @@ def _evaluate(closure: Optional[Callable[[], Any]]) -> Any:
     with torch.enable_grad():
         return closure()
 
-class Momentum(Optimizer):
+class _CheckedOptimizer(Optimizer):
+    """The loop Momentum and AdaptiveMomentum share: every param group is validated when added and before each step
+    (schedulers change hyper-parameters), weight decay is applied (coupled: ``G ← G + λw``; decoupled: ``w ←
+    (1 − ηλ)w``; complex parameters as real views), and :meth:`_update` takes one parameter's step."""
+
+    @staticmethod
+    def _validate_group(group: dict) -> None:
+        raise NotImplementedError
+
+    def _update(self, param: torch.Tensor, grad: torch.Tensor, state: dict, group: dict, lr: float) -> None:
+        raise NotImplementedError
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        self._validate_group(self.param_groups[-1])
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """Take one update. ``closure`` (optional) re-evaluates the model and returns the loss."""
+        loss = _evaluate(closure)
+        for group in self.param_groups:
+            self._validate_group(group)  # schedulers may have changed the hyper-parameters
+            lr = _lr_value(group["lr"])
+            wd = float(group["weight_decay"])
+            decoupled = bool(group["decoupled_weight_decay"])
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                param, grad = p, _grad_of(p, type(self).__name__)
+                if torch.is_complex(p):
+                    param, grad = torch.view_as_real(p), torch.view_as_real(grad)
+                if wd != 0.0:
+                    if decoupled:
+                        param.mul_(1.0 - lr * wd)
+                    else:
+                        grad = grad.add(param, alpha=wd)
+                self._update(param, grad, self.state[p], group, lr)
+        return loss
+
+
+class Momentum(_CheckedOptimizer):
     r"""Moving-average (heavy-ball) momentum in the papers' convention.
 
     Update, for every parameter ``w`` with gradient estimator ``G = w.grad``::
@@ -160,50 +200,23 @@ class Momentum(Optimizer):
         _check_weight("momentum_weight", group["momentum_weight"], "β")
         _check_weight_decay(group["weight_decay"])
 
-    def add_param_group(self, param_group: dict) -> None:
-        super().add_param_group(param_group)
-        self._validate_group(self.param_groups[-1])
-
-    @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        """Take one update. ``closure`` (optional) re-evaluates the model and returns the loss."""
-        loss = _evaluate(closure)
-
-        for group in self.param_groups:
-            self._validate_group(group)  # schedulers may have changed the hyper-parameters
-            lr = _lr_value(group["lr"])
-            beta = float(group["momentum_weight"])
-            wd = float(group["weight_decay"])
-            decoupled = bool(group["decoupled_weight_decay"])
-
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = _grad_of(p, "Momentum")
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = 0
-                    state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                v = state["momentum_buffer"]
-                state["step"] += 1
-
-                if wd != 0.0:
-                    if decoupled:
-                        p.mul_(1.0 - lr * wd)
-                    else:
-                        grad = grad.add(p, alpha=wd)
-
-                # v ← (1 − β) v + β G
-                v.mul_(1.0 - beta).add_(grad, alpha=beta)
-                # w ← w − η v
-                p.add_(v, alpha=-lr)
-        return loss
+    def _update(self, param: torch.Tensor, grad: torch.Tensor, state: dict, group: dict, lr: float) -> None:
+        if len(state) == 0:
+            state["step"] = 0
+            state["momentum_buffer"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        v = state["momentum_buffer"]
+        state["step"] += 1
+        beta = float(group["momentum_weight"])
+        # v ← (1 − β) v + β G
+        v.mul_(1.0 - beta).add_(grad, alpha=beta)
+        # w ← w − η v
+        param.add_(v, alpha=-lr)
 
 
 # --------------------------------------------------------------------------------------------------
 # AdaptiveMomentum
 # --------------------------------------------------------------------------------------------------
-class AdaptiveMomentum(Optimizer):
+class AdaptiveMomentum(_CheckedOptimizer):
     r"""ADAP's Adam-type update (Algorithm 3, lines 7–9, with the four second-moment options of eq. (13)).
 
     Update, for every parameter ``w`` with gradient estimator ``G = w.grad`` (all operations
@@ -336,94 +349,63 @@ class AdaptiveMomentum(Optimizer):
             )
         _check_weight_decay(group["weight_decay"])
 
-    def add_param_group(self, param_group: dict) -> None:
-        super().add_param_group(param_group)
-        self._validate_group(self.param_groups[-1])
+    def _update(self, param: torch.Tensor, grad: torch.Tensor, state: dict, group: dict, lr: float) -> None:
+        beta1 = float(group["momentum_weight"])
+        beta2 = float(group["second_moment_weight"])
+        eps = float(group["eps"])
+        variant = group["second_moment"]
+        bias_correction = bool(group["bias_correction"])
+        if len(state) == 0:
+            self._init_state(state, param, variant)
+        missing = self._missing_buffer(state, variant)
+        if missing is not None:
+            raise RuntimeError(
+                f"AdaptiveMomentum: state has no {missing!r} buffer for second_moment={variant!r}; "
+                "the second-moment variant of a parameter cannot be changed after its first step"
+            )
+        state["step"] += 1
+        t = state["step"]
 
-    @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        """Take one update. ``closure`` (optional) re-evaluates the model and returns the loss."""
-        loss = _evaluate(closure)
+        m = state["exp_avg"]
+        v = state["second_moment"]
+        state["momentum_decay_prod"] *= 1.0 - beta1
+        state["second_moment_decay_prod"] *= 1.0 - beta2
 
-        for group in self.param_groups:
-            self._validate_group(group)  # schedulers may have changed the hyper-parameters
-            lr = _lr_value(group["lr"])
-            beta1 = float(group["momentum_weight"])
-            beta2 = float(group["second_moment_weight"])
-            eps = float(group["eps"])
-            variant = group["second_moment"]
-            wd = float(group["weight_decay"])
-            decoupled = bool(group["decoupled_weight_decay"])
-            bias_correction = bool(group["bias_correction"])
+        # m ← (1 − β1) m + β1 G
+        m.mul_(1.0 - beta1).add_(grad, alpha=beta1)
 
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = _grad_of(p, "AdaptiveMomentum")
-                param = p
-                if torch.is_complex(p):
-                    param = torch.view_as_real(p)
-                    grad = torch.view_as_real(grad)
+        # v ← h_t(v, G²), eq. (13)
+        bc2 = 1.0 - state["second_moment_decay_prod"] if bias_correction else 1.0
+        if variant == "adam":
+            v.mul_(1.0 - beta2).addcmul_(grad, grad, value=beta2)
+        elif variant == "amsgrad":
+            v_ema = state["exp_avg_sq"]
+            v_ema.mul_(1.0 - beta2).addcmul_(grad, grad, value=beta2)
+            torch.maximum(v, v_ema, out=v)
+        elif variant == "adagrad":
+            s = state["grad_sq_sum"]
+            s.addcmul_(grad, grad)
+            torch.div(s, t + 1, out=v)
+            bc2 = 1.0  # a mean, not a moving average: nothing to correct
+        else:  # adabound
+            v_ema = state["exp_avg_sq"]
+            v_ema.mul_(1.0 - beta2).addcmul_(grad, grad, value=beta2)
+            lo = 1.0 / float(group["bound_high"]) ** 2
+            hi = 1.0 / float(group["bound_low"]) ** 2
+            src = v_ema if bc2 == 1.0 else v_ema / bc2
+            torch.clamp(src, min=lo, max=hi, out=v)
+            bc2 = 1.0  # already applied before the clip
 
-                state = self.state[p]
-                if len(state) == 0:
-                    self._init_state(state, param, variant)
-                missing = self._missing_buffer(state, variant)
-                if missing is not None:
-                    raise RuntimeError(
-                        f"AdaptiveMomentum: state has no {missing!r} buffer for second_moment={variant!r}; "
-                        "the second-moment variant of a parameter cannot be changed after its first step"
-                    )
-                state["step"] += 1
-                t = state["step"]
-
-                if wd != 0.0:
-                    if decoupled:
-                        param.mul_(1.0 - lr * wd)
-                    else:
-                        grad = grad.add(param, alpha=wd)
-
-                m = state["exp_avg"]
-                v = state["second_moment"]
-                state["momentum_decay_prod"] *= 1.0 - beta1
-                state["second_moment_decay_prod"] *= 1.0 - beta2
-
-                # m ← (1 − β1) m + β1 G
-                m.mul_(1.0 - beta1).add_(grad, alpha=beta1)
-
-                # v ← h_t(v, G²), eq. (13)
-                bc2 = 1.0 - state["second_moment_decay_prod"] if bias_correction else 1.0
-                if variant == "adam":
-                    v.mul_(1.0 - beta2).addcmul_(grad, grad, value=beta2)
-                elif variant == "amsgrad":
-                    v_ema = state["exp_avg_sq"]
-                    v_ema.mul_(1.0 - beta2).addcmul_(grad, grad, value=beta2)
-                    torch.maximum(v, v_ema, out=v)
-                elif variant == "adagrad":
-                    s = state["grad_sq_sum"]
-                    s.addcmul_(grad, grad)
-                    torch.div(s, t + 1, out=v)
-                    bc2 = 1.0  # a mean, not a moving average: nothing to correct
-                else:  # adabound
-                    v_ema = state["exp_avg_sq"]
-                    v_ema.mul_(1.0 - beta2).addcmul_(grad, grad, value=beta2)
-                    lo = 1.0 / float(group["bound_high"]) ** 2
-                    hi = 1.0 / float(group["bound_low"]) ** 2
-                    src = v_ema if bc2 == 1.0 else v_ema / bc2
-                    torch.clamp(src, min=lo, max=hi, out=v)
-                    bc2 = 1.0  # already applied before the clip
-
-                # w ← w − η m̂ / (√v̂ + δ)
-                if bias_correction:
-                    step_size = lr / (1.0 - state["momentum_decay_prod"])
-                else:
-                    step_size = lr
-                if bc2 != 1.0:
-                    denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
-                else:
-                    denom = v.sqrt().add_(eps)
-                param.addcdiv_(m, denom, value=-step_size)
-        return loss
+        # w ← w − η m̂ / (√v̂ + δ)
+        if bias_correction:
+            step_size = lr / (1.0 - state["momentum_decay_prod"])
+        else:
+            step_size = lr
+        if bc2 != 1.0:
+            denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
+        else:
+            denom = v.sqrt().add_(eps)
+        param.addcdiv_(m, denom, value=-step_size)
 
     @staticmethod
     def _init_state(state: dict, param: torch.Tensor, variant: str) -> None:
