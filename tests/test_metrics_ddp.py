@@ -17,7 +17,15 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from fccolit.metrics import NDCG, AUROC, BinaryAveragePrecision, FullRankingNDCG, MulticlassAccuracy, PartialAUC
+from fccolit.metrics import (
+    AUROC,
+    NDCG,
+    BinaryAveragePrecision,
+    EvaluationMetrics,
+    FullRankingNDCG,
+    MulticlassAccuracy,
+    PartialAUC,
+)
 
 WORLD = 2
 
@@ -139,6 +147,51 @@ def test_metrics_exact_under_ddp_with_unequal_shards(tmp_path):
     assert not any(math.isnan(v) for v in expected.values())
     for rank in range(WORLD):
         got = json.loads(Path(tmp_path, f"rank{rank}.json").read_text())
+        assert got.keys() == expected.keys()
+        for name, value in expected.items():
+            assert got[name] == pytest.approx(value, abs=1e-12), (rank, name)
+
+
+def _group_worker(rank: int, port: int, outdir: str) -> None:
+    """Both ranks feed binary batches, only rank 1 feeds ranking lists, no rank feeds full-ranking batches."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60))
+    try:
+        group = _group()
+        for batch in _group_batches(rank):
+            group.update_from_batch(*batch)
+        values = {name: float(v) for name, v in group.named_values().items()}
+        Path(outdir, f"group{rank}.json").write_text(json.dumps(values))
+    finally:
+        dist.destroy_process_group()
+
+
+def _group():
+    return EvaluationMetrics({"auroc": AUROC(), "ndcg@5": NDCG(k=5), "full": FullRankingNDCG(ks=(5,), names=("full@5",))})
+
+
+def _group_batches(rank):
+    (p, y, mask), (s, t), *_ = _data()
+    if rank == 0:
+        return [(s[:120], {"y": t[:120]})]
+    return [(s[120:], {"y": t[120:]}), (p[7:], {"relevance": y[7:], "mask": mask[7:]})]
+
+
+@pytest.mark.ddp
+@pytest.mark.timeout(120)
+def test_evaluation_metrics_log_what_some_rank_fed(tmp_path):
+    """EvaluationMetrics.named_values on every rank: the metrics fed on any rank (NDCG only on rank 1), with their
+    global values; the full-ranking metric, fed nowhere, is not logged (every rank takes the same path)."""
+    mp.spawn(_group_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    reference = _group()
+    for batch in _group_batches(0) + _group_batches(1):
+        reference.update_from_batch(*batch)
+    expected = {name: float(v) for name, v in reference.named_values().items()}
+    assert set(expected) == {"auroc", "ndcg@5"}
+    for rank in range(WORLD):
+        got = json.loads(Path(tmp_path, f"group{rank}.json").read_text())
         assert got.keys() == expected.keys()
         for name, value in expected.items():
             assert got[name] == pytest.approx(value, abs=1e-12), (rank, name)
