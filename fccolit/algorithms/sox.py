@@ -1,4 +1,4 @@
-r"""The SOX family: SOX (seed 001, Algorithm 1) and its named special cases.
+r"""The SOX family: SOX (Wang & Yang, ICML 2022, Algorithm 1) and its named special cases.
 
 One mechanism, four choices. For the sampled outer indices ``i ∈ B_1`` (|B_1| = B1 rows, counted over the global
 batch under DDP) and every step ``t``::
@@ -13,36 +13,44 @@ with γ = ``ema_weight``, ``s = n/B1`` when ``scale_by_n_over_B1`` (else 1), Ω 
 projection) and the optimizer any of :mod:`fccolit.optim`. The unsampled decay is lazy
 (:class:`~fccolit.state.IndexedState` with ``decay_unsampled=True``): a row's pending factor ``Π_s (1 − γ_s)`` is
 applied when it is next read, which equals the eager per-step decay for boxes with upper bounds ≥ 0 and
-non-negative rows (the AP state; seed-002 note §2.3).
+non-negative rows (the AP state: k successive ``x ← Π_Ω[a_s x]`` with ``a_s ∈ [0, 1]`` equal one
+``Π_Ω[(Π_s a_s) x]``).
 
 The named methods are the presets below (their defining choices are fixed, the rest are the papers' defaults):
 
 =============  ======================  ==========  ==============  ============  ==================================
 class          paper                   ordering    unsampled rows  Ω required    optimizer (checked)
 =============  ======================  ==========  ==============  ============  ==================================
-``SOX``        seed 001 Alg. 1         previous    unchanged       no            any (default Momentum β = 0.1)
-``BSGD``       seed 001 §2.1           fresh, γ=1  unchanged       no            Momentum β = 1 / SGD (plug-in)
-``SOAP``       seed 002 eq. (5)        fresh       unchanged       no            SGD, Adam or AMSGrad (``mode``)
-``MOAP``       seed 001 eq. (3)        fresh       × (1 − γ)       no            any (default Momentum β = 0.1)
-``MOAPV1``     seed 002 Alg. 1         fresh       unchanged       yes           any (default Momentum β1 = 0.1)
-``MOAPV2``     seed 002 Alg. 2         fresh       × (1 − β0)      yes           any (default Momentum β1 = 0.1)
-``ADAP``       seed 002 Alg. 3         fresh       × (1 − β0)      yes           AdaptiveMomentum, no bias corr.
+``SOX``        Wang & Yang, Alg. 1     previous    unchanged       no            any (default Momentum β = 0.1)
+``BSGD``       Wang & Yang, §2.1       fresh, γ=1  unchanged       no            Momentum β = 1 / SGD (plug-in)
+``SOAP``       Wang et al., eq. (5)    fresh       unchanged       no            SGD, Adam or AMSGrad (``mode``)
+``MOAP``       Wang & Yang, eq. (3)    fresh       × (1 − γ)       no            any (default Momentum β = 0.1)
+``MOAPV1``     Wang et al., Alg. 1     fresh       unchanged       yes           any (default Momentum β1 = 0.1)
+``MOAPV2``     Wang et al., Alg. 2     fresh       × (1 − β0)      yes           any (default Momentum β1 = 0.1)
+``ADAP``       Wang et al., Alg. 3     fresh       × (1 − β0)      yes           AdaptiveMomentum, no bias corr.
 =============  ======================  ==========  ==============  ============  ==================================
 
-**MOAP of seed 001 is MOAP-V2 of seed 002.** Seed 001's eq. (3) cites Wang et al. (2021), which is seed 002; its
-update (all rows decay by ``1 − γ``, sampled rows add ``γ (n/B1) ĝ_i``) is MOAP-V2's step 5 with seed 002's
-``(β0, m, B)`` written ``(γ, n, B1)``, without the projection Π_Ω, and both feed the updated ``u`` into ∇f
-(seed 002: ``∇f([U_{t+1}]_i)``). So there is one implementation, :class:`MOAP`; :class:`MOAPV2` is the same
-class with the projection required and seed 002's tied ``β0 = β1``. With ``scale_by_n_over_B1=False``, MOAP is
-the variant the SOX authors' p-norm push code ran (decay without the n/B1 factor; seed-001 note §2.4).
+**MOAP of Wang & Yang is MOAP-V2 of Wang et al.** Wang & Yang's eq. (3) cites Wang et al. (2021), the AUPRC
+paper below; its update (all rows decay by ``1 − γ``, sampled rows add ``γ (n/B1) ĝ_i``) is MOAP-V2's step 5 with
+Wang et al.'s ``(β0, m, B)`` written ``(γ, n, B1)``, without the projection Π_Ω, and both feed the updated ``u``
+into ∇f (Wang et al.: ``∇f([U_{t+1}]_i)``). So there is one implementation, :class:`MOAP`; :class:`MOAPV2` is the
+same class with the projection required and Wang et al.'s tied ``β0 = β1``. With ``scale_by_n_over_B1=False``,
+MOAP is the variant the SOX authors' public p-norm push code ran (``u *= 1 − γ; u[idx] += γ ĝ``: the decay
+without the n/B1 factor).
 
 Under DDP the state is all-gathered and updated identically on every rank (:mod:`fccolit.state`), B1 is the
 number of sampled rows of the *global* batch, and the lazy-decay counters advance by the same ``log(1 − γ_t)``
 on every rank (γ_t is set identically on every rank, e.g. by :mod:`fccolit.callbacks.schedules`).
 
-Learning rates: the papers tune η (seed 001: {1e-4, ..., 1e-1} for deep models; seed 002: {20, 10, 1, 0.1,
-0.01} for linear models); the default optimizers use ``lr=1e-3``, a library assumption. Configure the
+Learning rates: the papers tune η (Wang & Yang §4.1: {1e-4, ..., 1e-1} for deep models; Wang et al. §4.1: {20,
+10, 1, 0.1, 0.01} for linear models); the default optimizers use ``lr=1e-3``, a library assumption. Configure the
 optimizer explicitly in experiments.
+
+References:
+    * Wang & Yang (ICML 2022): Bokun Wang and Tianbao Yang, "Finite-Sum Coupled Compositional Stochastic
+      Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396.
+    * Wang et al. (AISTATS 2022): Guanghui Wang, Ming Yang, Lijun Zhang and Tianbao Yang, "Momentum Accelerates
+      the Convergence of Stochastic AUPRC Maximization", AISTATS 2022, arXiv:2107.01173.
 """
 
 from __future__ import annotations
@@ -104,7 +112,8 @@ class SOXFamily(FCCOModule):
         if choices["scale_by_n_over_B1"] and not choices["decay_unsampled"]:
             raise ValueError(
                 "scale_by_n_over_B1=True needs decay_unsampled=True: the n/B1 factor of MOAP's randomized coordinate "
-                "update is only unbiased together with the decay of the unsampled rows (seed 001 eq. (3))"
+                "update is only unbiased together with the decay of the unsampled rows (Wang & Yang, ICML 2022, "
+                "eq. (3))"
             )
         self.ema_weight = choices["ema_weight"]
         self.u_for_gradient = choices["u_for_gradient"]
@@ -149,23 +158,24 @@ class SOXFamily(FCCOModule):
 
 
 class SOX(SOXFamily):
-    r"""SOX: selective moving averages of the inner values plus gradient momentum (seed 001, Algorithm 1), with
-    every choice of the family free (see the module docstring for the formula).
+    r"""SOX: selective moving averages of the inner values plus gradient momentum (Wang & Yang, ICML 2022,
+    Algorithm 1), with every choice of the family free (see the module docstring for the formula).
 
     Args:
         model: the backbone (scores ``[B]``).
         objective: the FCCO problem (:class:`~fccolit.objectives.FCCOObjective`).
-        ema_weight: γ, the weight of the new inner estimate (γ in SOX / MOAP of seed 001; β in SOAP's eq. (5);
-            β0 in MOAP-V1/V2 and ADAP). Default 0.1: seed 001's best γ on CIFAR-10 (γ = 1 was never best; 0.5
-            on CIFAR-100).
-        u_for_gradient: ``"previous"`` (u^{t−1} in ∇f, as analysed in seed 001, the default) or ``"fresh"``
-            (u^t, as the experiments of seed 001 and every algorithm of seed 002 ran).
+        ema_weight: γ, the weight of the new inner estimate (γ in SOX / MOAP of Wang & Yang; β in SOAP's eq. (5)
+            and β0 in MOAP-V1/V2 and ADAP of Wang et al.). Default 0.1: Wang & Yang's best γ on CIFAR-10 (§4.1;
+            γ = 1 was never best; 0.5 on CIFAR-100).
+        u_for_gradient: ``"previous"`` (u^{t−1} in ∇f, as analysed by Wang & Yang, the default) or ``"fresh"``
+            (u^t, as Wang & Yang's experiments and every algorithm of Wang et al. ran).
         decay_unsampled: multiply every unsampled row by ``1 − γ`` each step (MOAP / MOAP-V2 / ADAP's randomized
             coordinate update), lazily. Default False: SOX's selective update.
         scale_by_n_over_B1: multiply the new estimate of a sampled row by ``n/B1`` (n state rows, B1 sampled
-            rows of the global batch; seed 001 eq. (3), seed 002's ``m/B``). Needs ``decay_unsampled``.
+            rows of the global batch; Wang & Yang eq. (3), Wang et al.'s ``m/B``). Needs ``decay_unsampled``.
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`. The momentum β and step η belong to the
-            optimizer; the default is ``Momentum(lr=1e-3, momentum_weight=0.1)`` (β = 0.1, seed 001's choice).
+            optimizer; the default is ``Momentum(lr=1e-3, momentum_weight=0.1)`` (β = 0.1, Wang & Yang's choice,
+            §4.1).
     """
 
     def __init__(
@@ -214,7 +224,8 @@ def _adam_like(optimizer: torch.optim.Optimizer, amsgrad: bool, bias_correction:
 
 # ---------------------------------------------------------------------------------------------- presets
 class BSGD(SOXFamily):
-    r"""BSGD (Hu et al. 2020; seed 001 §2.1, Table 1): the plain plug-in mini-batch estimator, no momentum::
+    r"""BSGD (Hu et al. 2020; Wang & Yang, ICML 2022, §2.1 and Table 1): the plain plug-in mini-batch estimator,
+    no momentum::
 
         G = (1/B1) Σ_{i∈B_1} ∇ĝ_i(w) ∇f_i(ĝ_i(w)),    w ← w − η G
 
@@ -235,25 +246,27 @@ class BSGD(SOXFamily):
     def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         if not _plain_sgd(optimizer):
             raise ValueError(
-                f"BSGD takes plain SGD steps (β = 1, no momentum; seed 001 §2.1), got {_describe(optimizer)}: use "
+                "BSGD takes plain SGD steps (β = 1, no momentum; Wang & Yang, ICML 2022, §2.1), got "
+                f"{_describe(optimizer)}: use "
                 "fccolit.optim.Momentum with momentum_weight: 1.0, or SOX for a momentum method"
             )
 
 
 class SOAP(SOXFamily):
-    r"""SOAP (Qi et al. 2021; seed 002 eq. (5), seed 001 §3.1): selective moving average, fresh ``u``, no
-    momentum::
+    r"""SOAP (Qi et al. 2021; Wang et al., AISTATS 2022, eq. (5); Wang & Yang, ICML 2022, §3.1): selective moving
+    average, fresh ``u``, no momentum::
 
         u_i ← (1 − β) u_i + β ĝ_i   (i ∈ B_t; others unchanged; no projection in eq. (5))
         ∇̃  = (1/B) Σ_{i∈B_t} ∇ĝ_i ∇f([U_{t+1}]_i),    w ← w − η ∇̃          (mode "sgd")
 
     ``mode="adam"`` / ``"amsgrad"`` replace the last step by a standard Adam / AMSGrad step on ∇̃ ("SOAP (Adam)",
-    "SOAP (AMSGrad)" of seed 002 Table 1; the paper gives no details, so this is torch's bias-corrected Adam
+    "SOAP (AMSGrad)" of Wang et al.'s Table 1; the paper gives no details, so this is torch's bias-corrected Adam
     [assumption]): ``AdaptiveMomentum(bias_correction=True)`` ≙ ``torch.optim.Adam``.
 
     Args:
-        ema_weight: the moving-average weight (β in seed 002 eq. (5), γ in seed 001). Default 0.9: LibAUC's
-            ``APLoss`` default (the SOAP authors' library) [assumption; seed 002 tunes it in {0.9, 0.5, 0.1}].
+        ema_weight: the moving-average weight (β in Wang et al.'s eq. (5), γ in Wang & Yang). Default 0.9:
+            LibAUC's ``APLoss`` default (the SOAP authors' library) [assumption; Wang et al. tune it in
+            {0.9, 0.5, 0.1}].
         mode: ``"sgd"`` (default), ``"adam"`` or ``"amsgrad"``; selects the default optimizer (``lr=1e-3``
             [assumption]; Adam's β1 = 0.1 and β' = 0.001, torch's defaults) and the check of a configured one.
         bias_correction: with ``mode="adam"`` / ``"amsgrad"``, whether the Adam step is bias-corrected (default
@@ -306,16 +319,18 @@ class SOAP(SOXFamily):
 class MOAP(SOXFamily):
     r"""MOAP (Wang et al. 2021): the randomized coordinate update of ``u`` plus gradient momentum.
 
-    Seed 001 eq. (3) (no projection) and seed 002 Algorithm 2 (MOAP-V2, with Π_Ω; see :class:`MOAPV2`)::
+    Wang & Yang (ICML 2022) eq. (3) (no projection) and Wang et al. (AISTATS 2022) Algorithm 2 (MOAP-V2, with
+    Π_Ω; see :class:`MOAPV2`)::
 
         u_i ← Π_Ω[ (1 − γ) u_i + γ (n/B1) ĝ_i ]   (i ∈ B_1),     u_j ← Π_Ω[ (1 − γ) u_j ]   (j ∉ B_1, lazily)
         G   = (1/B1) Σ_{i∈B_1} ∇ĝ_i ∇f_i(u_i^t),   v ← (1 − β) v + β G,   w ← w − η v
 
-    A row's first visit sets ``u_i ← ĝ_i`` (unscaled, the library's first-visit rule; seed 002 leaves U_1 open).
+    A row's first visit sets ``u_i ← ĝ_i`` (unscaled, the library's first-visit rule; Wang et al. leave U_1 open).
 
     Args:
-        ema_weight: γ (β0 in seed 002). Default 0.1 [assumption: seed 001's README settings for MOAP range over
-            {0.5, 0.9}; seed 002 tunes β0 = β1 in {0.9, 0.5, 0.1}; 0.1 matches the default momentum β].
+        ema_weight: γ (β0 in Wang et al.). Default 0.1 [assumption: the SOX authors' public experiment code runs
+            MOAP with γ ∈ {0.5, 0.9}; Wang et al. tune β0 = β1 in {0.9, 0.5, 0.1}; 0.1 matches the default
+            momentum β].
         scale_by_n_over_B1: the ``n/B1`` factor of eq. (3) (default True); False is the decay-only variant the
             SOX authors' code ran.
         (the rest): see :class:`SOX`; default optimizer ``Momentum(lr=1e-3, momentum_weight=0.1)``.
@@ -335,7 +350,8 @@ class MOAP(SOXFamily):
 
 
 class ProjectedSOX(SOXFamily):
-    """The base of seed 002's MOAP-V1, MOAP-V2 and ADAP: U is projected onto Ω (the objective's ``state_bounds``)."""
+    """The base of MOAP-V1, MOAP-V2 and ADAP (Wang et al., AISTATS 2022): U is projected onto Ω (the objective's
+    ``state_bounds``)."""
 
     def __init__(
         self,
@@ -352,14 +368,15 @@ class ProjectedSOX(SOXFamily):
         super().configure_state()
         if self.require_projection and not self.state.has_bounds:
             raise ValueError(
-                f"{type(self).__name__} projects U onto Ω (seed 002, Algorithms 1-3, step 5), but the objective "
-                f"{type(self.objective).__name__} defines no Ω: use AveragePrecision(project=True) (in YAML: "
-                "objective.init_args.project: true), or pass require_projection=False to run without the projection"
+                f"{type(self).__name__} projects U onto Ω (Wang et al., AISTATS 2022, Algorithms 1-3, step 5), but "
+                f"the objective {type(self.objective).__name__} defines no Ω: use AveragePrecision(project=True) (in "
+                "YAML: objective.init_args.project: true), or pass require_projection=False to run without the projection"
             )
 
 
 class MOAPV1(ProjectedSOX):
-    r"""MOAP-V1 (seed 002, Algorithm 1): SOAP's selective U-update with the projection Π_Ω, plus momentum::
+    r"""MOAP-V1 (Wang et al., AISTATS 2022, Algorithm 1): SOAP's selective U-update with the projection Π_Ω, plus
+    momentum::
 
         [U_{t+1}]_i = Π_Ω[ (1 − β0) [U_t]_i + β0 ĝ_i ]   (i ∈ B_t; others unchanged)
         ∇̃ = (1/B) Σ_{i∈B_t} ∇ĝ_i ∇f([U_{t+1}]_i),   m ← (1 − β1) m + β1 ∇̃,   w ← w − η m
@@ -367,7 +384,7 @@ class MOAPV1(ProjectedSOX):
     Equals MOAP-V2 when B = m (every row sampled every step) and SOAP (SGD) when β1 = 1.
 
     Args:
-        ema_weight: β0. Default 0.1 [assumption: seed 002 ties β0 = β1 and tunes them in {0.9, 0.5, 0.1}].
+        ema_weight: β0. Default 0.1 [assumption: Wang et al. tie β0 = β1 and tune them in {0.9, 0.5, 0.1}].
         require_projection: raise unless the objective defines Ω (default True, as in the paper).
         (the rest): see :class:`SOX`; β1 and η are the optimizer's (default ``Momentum(lr=1e-3,
             momentum_weight=0.1)``).
@@ -377,13 +394,13 @@ class MOAPV1(ProjectedSOX):
 
 
 class MOAPV2(ProjectedSOX):
-    r"""MOAP-V2 (seed 002, Algorithm 2): the randomized coordinate update with Π_Ω, plus momentum::
+    r"""MOAP-V2 (Wang et al., AISTATS 2022, Algorithm 2): the randomized coordinate update with Π_Ω, plus momentum::
 
         [U_{t+1}]_i = Π_Ω[ (1 − β0) [U_t]_i + β0 (m/B) ĝ_i ]   (i ∈ B_t)
         [U_{t+1}]_j = Π_Ω[ (1 − β0) [U_t]_j ]                 (j ∉ B_t: lazily, exactly the eager result)
         ∇̃ = (1/B) Σ_{i∈B_t} ∇ĝ_i ∇f([U_{t+1}]_i),   m ← (1 − β1) m + β1 ∇̃,   w ← w − η m
 
-    Seed 001's :class:`MOAP` with the projection required (m = n rows, B = B1 sampled rows of the global batch).
+    Wang & Yang's :class:`MOAP` with the projection required (m = n rows, B = B1 sampled rows of the global batch).
     The linear experiments decrease η and β0 = β1 like 1/√t (:class:`fccolit.callbacks.schedules.InverseSqrtSchedule`).
 
     Args:
@@ -396,7 +413,8 @@ class MOAPV2(ProjectedSOX):
 
 
 class ADAP(MOAPV2):
-    r"""ADAP (seed 002, Algorithm 3): MOAP-V2's state and estimator with an Adam-type step, no bias correction::
+    r"""ADAP (Wang et al., AISTATS 2022, Algorithm 3): MOAP-V2's state and estimator with an Adam-type step, no bias
+    correction::
 
         m ← (1 − β1) m + β1 ∇̃,    v ← h_t(v, ∇̃²),    w ← w − η m / (√v + δ)
 
@@ -417,8 +435,8 @@ class ADAP(MOAPV2):
         bias_correction: whether the Adam-type step divides m and v by their bias corrections (default False:
             Algorithm 3 as printed; True is offered for the sweep above).
         (the rest): see :class:`MOAPV2`; default optimizer ``AdaptiveMomentum(lr=1e-3, momentum_weight=0.1,
-            second_moment_weight=ADAP.default_second_moment_weight, eps=1e-8)`` (β1 = 0.1 [assumption: seed 002
-            ties β0 = β1]; δ = 1e-8, torch's default [assumption]).
+            second_moment_weight=ADAP.default_second_moment_weight, eps=1e-8)`` (β1 = 0.1 [assumption: Wang et al.
+            tie β0 = β1]; δ = 1e-8, torch's default [assumption]).
     """
 
     default_second_moment_weight = 0.1  # β' [not in the paper]: the sweep's choice on a9a (class docstring)
@@ -444,8 +462,8 @@ class ADAP(MOAPV2):
         ):
             corrected = "with" if self.bias_correction else "without"
             raise ValueError(
-                f"ADAP (bias_correction={self.bias_correction}) takes the Adam-type step of seed 002 Algorithm 3 "
-                f"{corrected} bias correction: use fccolit.optim.AdaptiveMomentum (bias_correction: "
+                f"ADAP (bias_correction={self.bias_correction}) takes the Adam-type step of Wang et al. (AISTATS "
+                f"2022), Algorithm 3 {corrected} bias correction: use fccolit.optim.AdaptiveMomentum (bias_correction: "
                 f"{str(self.bias_correction).lower()}; second_moment: adam, amsgrad, adagrad or adabound), "
                 f"got {_describe(optimizer)}"
             )
