@@ -370,7 +370,8 @@ class ProjectedSOX(SOXFamily):
             raise ValueError(
                 f"{type(self).__name__} projects U onto Ω (Wang et al., AISTATS 2022, Algorithms 1-3, step 5), but "
                 f"the objective {type(self.objective).__name__} defines no Ω: use AveragePrecision(project=True) (in "
-                "YAML: objective.init_args.project: true), or pass require_projection=False to run without the projection"
+                "YAML: objective.init_args.project: true), or pass require_projection=False to run without the "
+                "projection"
             )
 
 
