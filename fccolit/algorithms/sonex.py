@@ -1,11 +1,11 @@
-"""SONEX (seed 004, Algorithm 1) and its baselines SONX and SOX on a penalty, for non-smooth FCCO.
+"""SONEX (Chen et al., NeurIPS 2025, Algorithm 1) and its baselines SONX and SOX on a penalty, for non-smooth FCCO.
 
 SONEX solves the outer-smoothed problem ``min_w F_λ(w) = g_0(w) + (1/n) Σ_i f_{i,λ}(g_i(w))`` (f_λ the Moreau
 envelope of a non-smooth f with a cheap prox, :mod:`fccolit.objectives.nonsmooth`) single-loop::
 
     u_i ← (1 − γ) u_i + γ ĝ_i(w_t; B_i) + γ' (ĝ_i(w_t; B_i) − ĝ_i(w_{t−1}; B_i))     i ∈ B_1  (MSVR, same batch at
                                                                                        w_t and w_{t−1})
-    G_t = ∇ĝ_0(w_t; B_0) + (1/|B_1|) Σ_{i∈B_1} ∇ĝ_i(w_t; B_i) ∇f_λ(u_i)            (the fresh u, erratum 1)
+    G_t = ∇ĝ_0(w_t; B_0) + (1/|B_1|) Σ_{i∈B_1} ∇ĝ_i(w_t; B_i) ∇f_λ(u_i)            (the fresh u, see below)
     v ← (1 − β) v + β G_t ;  w ← w − η v          (or the Adam-type step: the optimizer, :mod:`fccolit.optim`)
 
 The pieces shared with ALEXR2 (:mod:`fccolit.algorithms.alexr2`) live in :class:`NonsmoothFCCOModule`: copies of
@@ -13,6 +13,16 @@ the parameters kept as buffers (:class:`ParameterSnapshot`), the inner values at
 (``torch.func.functional_call``, no gradient), the direct term ``g_0``, the Moreau-envelope outer weight,
 constraint sampling, the weighting of the outer indices (``outer_normalization``) and the penalty weights
 read from the tracked duals.
+
+The gradient uses the *fresh* ``u_{i,t+1}``: Algorithm 1's step 9 as printed reads ``∇f_{i,λ}(u_{t,i})``, but the
+convergence proof (App. B) indexes the updated estimate.
+
+References:
+    * Chen et al. (NeurIPS 2025): Xingyu Chen, Bokun Wang, Ming Yang, Qihang Lin and Tianbao Yang, "Stochastic
+      Momentum Methods for Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025,
+      arXiv:2506.02504.
+    * Wang & Yang (ICML 2022): Bokun Wang and Tianbao Yang, "Finite-Sum Coupled Compositional Stochastic
+      Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396 (SOX).
 """
 
 from __future__ import annotations
@@ -41,7 +51,8 @@ def theoretical_correction_weight(ema_weight: float, num_rows: int, rows_per_ste
     """SONEX's MSVR weight from Thm 4.7: ``γ' = 1 − γ + (n − B1)/(B1 (1 − γ))`` (> 1 when B1 < n).
 
     The paper's experiments tune γ' in {0.01, …, 0.2} instead. With full participation (B1 = n) it is ``1 − γ``,
-    for which ``u`` tracks a deterministic ``g`` exactly (seed 004 §4.2.2).
+    for which ``u`` tracks a deterministic ``g`` exactly: with ``u_t = g(w_{t−1})``,
+    ``(1 − γ) g(w_{t−1}) + γ g(w_t) + (1 − γ)(g(w_t) − g(w_{t−1})) = g(w_t)``.
     """
     if not 0.0 < ema_weight < 1.0:
         raise ValueError(f"γ must be in (0, 1) for the theoretical γ', got {ema_weight}")
@@ -103,10 +114,11 @@ class NonsmoothFCCOModule(FCCOModule):
             * ``"present"`` (default): the mean over the outer indices present in the batch, ``1/|B_1|``. When a
               row is missing from a batch (a constraint whose (group × class) cell is empty, a group not drawn)
               the rows present get more weight.
-            * ``"fixed"``: the fixed ``1/m`` of the objective (seed 004 eq. (53): ``(1/2|Γ|) Σ_τ β[h_τ]_+``), i.e.
-              the sum over the rows present divided by the number of rows due every step (m = the state's rows,
-              or ``constraints_per_step`` when sampling constraints). Unbiased when every row is due in every
-              batch (constrained problems); for group DRO with B1 < n groups per batch use ``"present"``.
+            * ``"fixed"``: the fixed ``1/m`` of the objective (Chen et al. eq. (53):
+              ``(1/2|Γ|) Σ_τ β[h_τ]_+``), i.e. the sum over the rows present divided by the number of rows due
+              every step (m = the state's rows, or ``constraints_per_step`` when sampling constraints). Unbiased
+              when every row is due in every batch (constrained problems); for group DRO with B1 < n groups per
+              batch use ``"present"``.
               Under DDP with an objective that is not evaluated on the gathered batch (each rank holds its own
               rows) the sum is scaled by the world size, so DDP's average over ranks is the same estimator.
     """
@@ -271,7 +283,7 @@ class NonsmoothFCCOModule(FCCOModule):
     def penalty_weights(self) -> torch.Tensor | None:
         """Per state row ``(1/m) ∂p_λ(h_i(u_i))``, read from the **tracked** inner values ``u_i`` (the duals
         ``y_i = ∇f_λ(u_i)`` scaled by 1/m): the weight the estimator puts on each constraint's gradient at the
-        last visit. They are *not* the KKT multipliers of seed 004 Prop. 5.2, which are ``(1/m) ∇f_λ(g_i(ŵ))``
+        last visit. They are *not* the KKT multipliers of Chen et al.'s Prop. 5.2, which are ``(1/m) ∇f_λ(g_i(ŵ))``
         at the exact constraint values of a nearby point ŵ (the ``kkt_multiplier_<i>`` of
         :class:`~fccolit.callbacks.constraints.ConstraintViolationLogger`, from the full data): ``u_i`` is a
         moving average over past iterates (ALEXR2: over inner iterates z, not the output w_t) of mini-batch
@@ -282,7 +294,8 @@ class NonsmoothFCCOModule(FCCOModule):
 
 
 class SONEX(NonsmoothFCCOModule):
-    r"""SONEX (seed 004, Algorithm 1): MSVR tracking + Moreau-envelope outer gradient + momentum or Adam-type step.
+    r"""SONEX (Chen et al., NeurIPS 2025, Algorithm 1): MSVR tracking + Moreau-envelope outer gradient + momentum or
+    Adam-type step.
 
     One training step, for the outer indices ``i`` of the batch (groups, constraints, ...; the others unchanged)::
 
@@ -300,7 +313,7 @@ class SONEX(NonsmoothFCCOModule):
     When ``g_0`` is itself an FCCO (the objective's ``direct_objective``, e.g. the global contrastive loss of
     :class:`~fccolit.objectives.ContinualLearning`), its inner values ``g_{0,a}`` are tracked by the same step in a
     second state, ``direct_state`` (u_0), and ``∇ĝ_0`` above becomes ``mean_a ∇ĝ_{0,a}(w_t) ∇f_0(u_{0,a})``: the
-    paper's "modified SONEX" (seed 004 F.3). ALEXR2 and the other modules use the plug-in ``ĝ_0`` instead.
+    paper's "modified SONEX" (Chen et al., App. F.3). ALEXR2 and the other modules use the plug-in ``ĝ_0`` instead.
 
     Args:
         lam: λ, outer smoothing (default 0.01: an assumption; the GDRO grid was {1, 0.1, 0.01}, the ROC-fairness
@@ -309,7 +322,7 @@ class SONEX(NonsmoothFCCOModule):
             GDRO grid was {0.1, 0.2, 0.5, 0.8}).
         correction_weight: γ' ≥ 0, the MSVR correction (default 0.1, the experiments' value; grid {0.01, …, 0.2};
             the theory's value is :func:`theoretical_correction_weight`). 0 skips the previous-parameter pass.
-        u_for_gradient: ``"fresh"`` (u after this step's update: the proof's indexing, seed 004 erratum 1) or
+        u_for_gradient: ``"fresh"`` (u after this step's update: the indexing of the proof, App. B) or
             ``"previous"`` (u before it, SOX's Algorithm 1).
         constraints_per_step, sample_seed, outer_normalization: see :class:`NonsmoothFCCOModule`.
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`. β and η belong to the optimizer; default
@@ -388,10 +401,12 @@ class SONEX(NonsmoothFCCOModule):
 
 
 class SONX(SONEX):
-    """SONX (Hu, Zhu, Yang 2023; seed 004 §2.4): SONEX without smoothing and without momentum.
+    """SONX (Hu, Zhu & Yang, NeurIPS 2023; a baseline of Chen et al., NeurIPS 2025): SONEX without smoothing and
+    without momentum.
 
     MSVR tracking as SONEX, the **un-smoothed** (sub)gradient ``∂f(u_i)`` of the outer function (the hinge
-    penalty of Yang et al. [8]), and a plain SGD step: the default optimizer is ``Momentum(momentum_weight=1)``.
+    penalty of Yang et al. 2025, arXiv:2504.15243), and a plain SGD step: the default optimizer is
+    ``Momentum(momentum_weight=1)``.
     ``SONX(...)`` equals ``SONEX(..., lam=0)`` with the same optimizer (a test checks it).
     """
 
@@ -412,7 +427,8 @@ class SONX(SONEX):
 
 
 class PenaltySOX(SONEX):
-    """SOX (seed 001, Algorithm 1) on a composite objective: the baseline "SOX + squared-hinge penalty" of seed 004.
+    """SOX (Wang & Yang, ICML 2022, Algorithm 1) on a composite objective: the baseline "SOX + squared-hinge
+    penalty" of Chen et al. (NeurIPS 2025).
 
     Moving average without correction (γ' = 0), the previous ``u`` in the gradient, no smoothing, momentum β::
 
