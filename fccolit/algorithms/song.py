@@ -1,4 +1,5 @@
-"""SONG, K-SONG and SOLC (seed 000): stochastic optimization of NDCG, top-K NDCG and listwise cross-entropy.
+"""SONG, K-SONG and SOLC (Qiu et al., ICML 2022): stochastic optimization of NDCG, top-K NDCG and listwise
+cross-entropy.
 
 All three are SOX (one moving average per relevant (query, item) pair, selective update, gradient
 ``mean_i ∇f_i(u_i) ∇ĝ_i``) on a ranking objective, with the ranking batch schema as input:
@@ -16,6 +17,11 @@ Evaluation: learning-to-rank batches (``features``, ``relevance``, ``mask``) are
 ``{stage}/ndcg@k`` (FCCOModule's metrics); recommendation batches with ``heldout_items`` are scored against every
 item (``model.score_all``) and feed :class:`~fccolit.metrics.FullRankingNDCG`, one more metric of the same
 :class:`~fccolit.metrics.EvaluationMetrics`, logged under the same names.
+
+References:
+    * Qiu et al. (ICML 2022): Zi-Hao Qiu, Quanqi Hu, Yongjian Zhong, Lijun Zhang and Tianbao Yang, "Large-scale
+      Stochastic Optimization of NDCG Surrogates for Deep Learning with Provable Convergence", ICML 2022,
+      arXiv:2202.12183.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
 from fccolit.state import IndexedState, StateUpdate
 
-#: Default metrics (seed 000 §1.2): NDCG@{1,3,5} for learning to rank, @{10,20,50} for recommendation.
+#: Default metrics (Qiu et al., §7.1 and §7.2): NDCG@{1,3,5} for learning to rank, @{10,20,50} for recommendation.
 LTR_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5")
 EMPTY_QUERY_POLICIES = ("zero", "one", "skip")
 RECOMMENDATION_METRICS = ("ndcg@10", "ndcg@20", "ndcg@50")
@@ -68,7 +74,7 @@ class RankingSOX(SOX):
     Everything SONG, K-SONG and SOLC share besides their objective and state rule: scoring a batch
     (:func:`score_lists`), the default metrics (NDCG@{1,3,5} for learning to rank, NDCG@{10,20,50} for
     recommendation, told apart by ``num_users`` in ``data_sizes``), full-ranking evaluation for recommendation,
-    and the papers' optimizer (Adam with default betas, lr 1e-3; seed 000 §3.3).
+    and the papers' optimizer (Adam with default betas, lr 1e-3; Qiu et al., §7 and §7.1).
 
     Args:
         model: a list scorer (:class:`~fccolit.models.ltr.ListMLP`, :class:`~fccolit.models.ltr.ContextAwareRanker`)
@@ -76,8 +82,8 @@ class RankingSOX(SOX):
         objective: a ranking objective (one state row per ``num_pairs``).
         ema_weight: γ0, weight of the new inner estimate.
         u_for_gradient: ``"previous"`` (u^t, Algorithms 1, 2, 4, 5) or ``"fresh"`` (u^{t+1}, Algorithm 3, the
-            authors' code, LibAUC). The first visit of a pair sets u to the estimate (seed 000 §2.4 item 1 (b)),
-            so neither divides by zero.
+            authors' code, LibAUC). The first visit of a pair sets u to the estimate (the
+            algorithms start from u = 0, where ∇f is infinite), so neither divides by zero.
         metrics: logged names (default above).
         empty_query_ndcg: what NDCG counts for a query with no relevant item (ideal DCG 0) in validation and test:
             ``"zero"`` (default, torchmetrics' convention), ``"one"`` (allRank's, the learning-to-rank harness that Qiu
@@ -109,7 +115,7 @@ class RankingSOX(SOX):
         return score_lists(self.model, batch)
 
     def default_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-        """Adam, lr 1e-3, default betas (the experiments of seed 000, §3.3 and Table 4's protocol)."""
+        """Adam, lr 1e-3, default betas (the experiments of Qiu et al., §7, §7.1 and Table 4's protocol)."""
         return torch.optim.Adam(params, lr=1e-3)
 
     # ------------------------------------------------------------------ evaluation
@@ -143,7 +149,7 @@ class RankingSOX(SOX):
 
 
 class SONG(RankingSOX):
-    r"""SONG (seed 000, Algorithm 1): stochastic optimization of the NDCG surrogate.
+    r"""SONG (Qiu et al., ICML 2022, Algorithm 1): stochastic optimization of the NDCG surrogate.
 
     For every relevant pair (q, i) of the batch (others unchanged)::
 
@@ -176,7 +182,7 @@ class SONG(RankingSOX):
 
 
 class KSONG(SONG):
-    r"""K-SONG (seed 000, Algorithm 2; Algorithm 5 of App. E): stochastic optimization of top-K NDCG.
+    r"""K-SONG (Qiu et al., ICML 2022, Algorithm 2; Algorithm 5 of App. E): stochastic optimization of top-K NDCG.
 
     Per step, with the old values u^t, λ^t, s^t in the gradient (Algorithm 5)::
 
@@ -187,10 +193,11 @@ class KSONG(SONG):
         theoretical (eq. (11)): G = mean [ ψ(h_i − λ_q) ∇f(u) ∇ĝ + ψ'(h_i − λ_q) f(u) (∇h_i − ∇λ̂_q) ],
                                 ∇λ̂_q = Σ_j c_j σ'(z_j)/τ1 ∇h_j / s_q
 
-    Eq. (7) of the main text adds ∇λ̂ instead of subtracting it; that sign is wrong (seed 000 §2.2 and §6.0 item
-    4) and the App. E sign is used. λ_q and s_q are per-query states (rows ``num_queries``, indexed by ``query``),
-    synchronized under DDP like u. First visits: λ starts at ``lambda_init`` (0 in Algorithm 2), s at its first
-    estimate (Algorithm 2 gives no s^0, and s = 0 would divide by zero; seed 000 §2.4 item 2).
+    Eq. (7) of the main text adds ∇λ̂ instead of subtracting it; that sign is wrong (the implicit function theorem
+    gives the score's gradient *minus* the threshold's, and a finite-difference check agrees) and the App. E sign is
+    used. λ_q and s_q are per-query states (rows ``num_queries``, indexed by ``query``), synchronized under DDP like
+    u. First visits: λ starts at ``lambda_init`` (0 in Algorithm 2), s at its first
+    estimate (Algorithm 2 gives no s^0, and s = 0 would divide by zero).
 
     Args:
         model: see :class:`RankingSOX`.
@@ -316,7 +323,8 @@ class KSONG(SONG):
 
 
 class SOLC(RankingSOX):
-    r"""SOLC (seed 000, Algorithm 3): stochastic optimization of listwise cross-entropy, the warm-up objective.
+    r"""SOLC (Qiu et al., ICML 2022, Algorithm 3 of App. B): stochastic optimization of listwise cross-entropy, the
+    warm-up objective.
 
     For every relevant pair (q, i) of the batch::
 
@@ -324,11 +332,11 @@ class SOLC(RankingSOX):
         u_{q,i} ← (1 − γ0) u_{q,i} + γ0 ĝ_{q,i}              (first visit: u ← ĝ)
         G = mean_{(q,i)} ∇f(u_{q,i}^{t+1}) ∇ĝ_{q,i},  ∇f(u) = weight/u    (the fresh u, as Algorithm 3)
 
-    Algorithm 3 as printed drops the factor exp(h_j − h_i) from G (seed 000 §7 item 7); G here is the chain rule's
-    (it has the factor). The state holds **ln u** (rows ``num_pairs``), updated as
-    ``ln u ← logaddexp(ln(1 − γ0) + ln u, ln γ0 + ln ĝ)`` with ``ln ĝ`` a log-sum-exp, so large score gaps never
-    overflow (a per-batch shift of the exponent would put u on a different scale every step: LibAUC's bug, seed
-    000 §2.3). The step's loss is ``mean weight · exp(ln ĝ(w) − ln u)``, whose gradient is ``G``.
+    Algorithm 3 as printed drops the factor exp(h_j − h_i) from G; G here is the chain rule's (it has the factor).
+    The state holds **ln u** (rows ``num_pairs``), updated as ``ln u ← logaddexp(ln(1 − γ0) + ln u, ln γ0 + ln ĝ)``
+    with ``ln ĝ`` a log-sum-exp, so large score gaps never overflow (a per-batch shift of the exponent would put u on
+    a different scale every step, as LibAUC's implementation does). The step's loss is
+    ``mean weight · exp(ln ĝ(w) − ln u)``, whose gradient is ``G``.
 
     ``ema_weight=1`` is plain mini-batch listwise cross-entropy (ListNet on the sampled lists).
 
