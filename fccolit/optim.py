@@ -30,8 +30,15 @@ All hyper-parameters live in ``param_groups`` and are re-read at every step, so
 example the ``β_t = min(1, β_0/√t)`` schedule of the MOAP/ADAP linear experiments: assign
 ``group["momentum_weight"]`` before ``step()``) take effect immediately.
 
-References: ``/work/shared/notes/seed-001-sox.md`` §2.1, ``seed-002-auprc.md`` §2.2–2.6 and
-``seed-004-nonsmooth-fcco.md`` §2.3.
+References (the steps as the papers write them):
+    * Wang & Yang (ICML 2022), Algorithm 1 (SOX's momentum step): Bokun Wang and Tianbao Yang, "Finite-Sum
+      Coupled Compositional Stochastic Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396.
+    * Wang et al. (AISTATS 2022), Algorithms 1–3 and eq. (13) (MOAP-V1/V2's momentum, ADAP's four second
+      moments): Guanghui Wang, Ming Yang, Lijun Zhang and Tianbao Yang, "Momentum Accelerates the Convergence of
+      Stochastic AUPRC Maximization", AISTATS 2022, arXiv:2107.01173.
+    * Chen et al. (NeurIPS 2025), Algorithm 1 and App. E (SONEX's momentum and Adam-type steps): Xingyu Chen, Bokun
+      Wang, Ming Yang, Qihang Lin and Tianbao Yang, "Stochastic Momentum Methods for Non-smooth Non-Convex
+      Finite-Sum Coupled Compositional Optimization", NeurIPS 2025, arXiv:2506.02504.
 """
 
 from __future__ import annotations
@@ -158,8 +165,8 @@ class Momentum(_CheckedOptimizer):
         lr: step size η (paper η in SOX/MOAP/SONEX; α in ALEXR2). No default: the papers tune it.
         momentum_weight: β, the weight of the **new** gradient (paper β in SOX and SONEX, β1 in MOAP,
             β with β0 = β1 tied in the proofs of MOAP/ADAP). Must satisfy ``0 < β <= 1``. Default 0.1:
-            the value recommended for the library by the SOX notes (§3.4: the paper's best values were
-            0.1 and 0.5); this default is a library choice, not a value the theory prescribes.
+            the β that Wang & Yang (ICML 2022, §4.1) fix in their deep AP experiments; this default is a
+            library choice, not a value the theory prescribes.
         weight_decay: λ ≥ 0 (default 0). Coupled (default) decay adds ``λ·w`` to ``G`` before the
             moving average, i.e. it optimises ``F(w) + (λ/2)‖w‖²`` (the regulariser of SOX's
             Corollary 1). **ADAP's experiments write the regulariser as λ‖w‖²** (gradient ``2λw``,
@@ -283,8 +290,9 @@ class AdaptiveMomentum(_CheckedOptimizer):
     used by the bias correction.  Complex parameters are handled as pairs of reals (like torch.optim.Adam).
     Sparse gradients are not supported.
 
-    Note (SONEX/ALEXR2): seed-004's Adam-type update as printed uses the second moment *before* its
-    update (``s_t``) in the step; ADAP and torch use the updated one.  This optimizer follows ADAP/torch.
+    Note (SONEX/ALEXR2): the Adam-type update of Chen et al. (NeurIPS 2025, App. E) as printed uses the
+    second moment *before* its update (``s_t``) in the step; ADAP and torch use the updated one.  This optimizer
+    follows ADAP/torch.
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """Pairwise surrogate losses ℓ(d) of the step ``I(d ≥ 0)``, with ``d = s_j − s_i`` the score margin.
 
-Every surrogate "penalizes large input" (seed 001): it is non-decreasing in ``d``, so ``ℓ(s_j − s_i)`` is large
+Every surrogate "penalizes large input" (Wang & Yang, ICML 2022, §4.1): it is non-decreasing in ``d``, so ``ℓ(s_j − s_i)`` is large
 when the competitor ``j`` scores above the anchor ``i``. The same functions serve AP (ℓ of ``s_j − s_i`` for
 anchor positive ``i``), NDCG (ℓ of ``s_j − s_i`` for relevant item ``i``) and p-norm push (``exp`` of
 ``s_i − s_j`` for negative ``i``, positive ``j``).
@@ -11,9 +11,15 @@ name                ℓ(d)                                 notes
 ``squared_hinge``   ``max(0, margin + d)²``              AP (SOAP/MOAP/ADAP), NDCG (SONG)
 ``hinge``           ``max(0, margin + d)``
 ``logistic``        ``log(1 + exp(scale · d))``
-``sigmoid``         ``1 / (1 + exp(−scale · d))``          AP's "logistic" surrogate in seed 002
+``sigmoid``         ``1 / (1 + exp(−scale · d))``          AP's "logistic" surrogate in Wang et al. §3
 ``exp``             ``exp(scale · d)``                   p-norm push (Rudin 2009)
 ==================  ===================================  =======================================
+
+References:
+    * Wang & Yang (ICML 2022): Bokun Wang and Tianbao Yang, "Finite-Sum Coupled Compositional Stochastic
+      Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396.
+    * Wang et al. (AISTATS 2022): Guanghui Wang, Ming Yang, Lijun Zhang and Tianbao Yang, "Momentum Accelerates
+      the Convergence of Stochastic AUPRC Maximization", AISTATS 2022, arXiv:2107.01173.
 """
 
 from __future__ import annotations
@@ -133,7 +139,7 @@ def pairwise_weighted_sum(
 def surrogate_range(name: str, margin: float = 1.0, scale: float = 1.0, score_range: float = 1.0) -> tuple[float, float]:
     """``(ℓ(0), max ℓ)`` for scores in an interval of width ``score_range`` (e.g. 1 for sigmoid scores).
 
-    ``ℓ(0)`` is the self-pair value C of seed 002's Assumption 1 and the bound M of its Ω.
+    ``ℓ(0)`` is the self-pair value C of Wang et al.'s (AISTATS 2022) Assumption 1 and the bound M of its Ω.
     """
     ell = pairwise_surrogate(name, margin, scale)
     lo, hi = ell(torch.tensor(0.0, dtype=torch.float64)), ell(torch.tensor(float(score_range), dtype=torch.float64))
