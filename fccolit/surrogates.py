@@ -1,8 +1,8 @@
 """Pairwise surrogate losses ℓ(d) of the step ``I(d ≥ 0)``, with ``d = s_j − s_i`` the score margin.
 
-Every surrogate "penalizes large input" (Wang & Yang, ICML 2022, §4.1): it is non-decreasing in ``d``, so ``ℓ(s_j − s_i)`` is large
-when the competitor ``j`` scores above the anchor ``i``. The same functions serve AP (ℓ of ``s_j − s_i`` for
-anchor positive ``i``), NDCG (ℓ of ``s_j − s_i`` for relevant item ``i``) and p-norm push (``exp`` of
+Every surrogate "penalizes large input" (Wang & Yang, ICML 2022, §4.1): it is non-decreasing in ``d``, so
+``ℓ(s_j − s_i)`` is large when the competitor ``j`` scores above the anchor ``i``. The same functions serve AP (ℓ
+of ``s_j − s_i`` for anchor positive ``i``), NDCG (ℓ of ``s_j − s_i`` for relevant item ``i``) and p-norm push (``exp`` of
 ``s_i − s_j`` for negative ``i``, positive ``j``).
 
 ==================  ===================================  =======================================
