@@ -14,13 +14,24 @@ Partial AUC. With ``A(a, b) = ∫_a^b TPR(FPR) dFPR`` (the ROC curve above, line
 and ``b``):
 
 * ``"raw"``:         ``A(α, β)``, in ``[0, β − α]``;
-* ``"normalized"``:  ``A(α, β) / (β − α)``, in ``[0, 1]`` (what the pAUC papers, seed 003, report);
+* ``"normalized"``:  ``A(α, β) / (β − α)``, in ``[0, 1]`` (what the pAUC papers, e.g. Yao, Lin & Yang, report);
 * ``"mcclish"``:     ``0.5 · (1 + (A(0, β) − β²/2) / (β − β²/2))`` (only for α = 0): McClish's
   standardization, what ``sklearn.metrics.roc_auc_score(max_fpr=β)`` and torchmetrics
   ``BinaryAUROC(max_fpr=β)`` return. 0.5 means chance level over the range, 1 a perfect ranking.
 
-The paper's empirical definition (seed 003, eq. (2)) is implemented separately by
+Yao, Lin & Yang's empirical definition (eq. (2)) is implemented separately by
 :func:`partial_auc_sorted_negatives`; see there for the exact relation.
+
+References:
+    * Yao, Lin & Yang (NeurIPS 2022): Yao Yao, Qihang Lin and Tianbao Yang, "Large-scale Optimization of Partial
+      AUC in a Range of False Positive Rates", NeurIPS 2022, arXiv:2203.01505.
+    * Wang & Yang (ICML 2022): Bokun Wang and Tianbao Yang, "Finite-Sum Coupled Compositional Stochastic
+      Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396.
+    * Wang et al. (AISTATS 2022): Guanghui Wang, Ming Yang, Lijun Zhang and Tianbao Yang, "Momentum Accelerates
+      the Convergence of Stochastic AUPRC Maximization", AISTATS 2022, arXiv:2107.01173.
+    * Chen et al. (NeurIPS 2025): Xingyu Chen, Bokun Wang, Ming Yang, Qihang Lin and Tianbao Yang, "Stochastic
+      Momentum Methods for Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025,
+      arXiv:2506.02504.
 """
 
 from __future__ import annotations
@@ -147,7 +158,7 @@ def average_precision(preds: Tensor, target: Tensor) -> Tensor:
     precision and recall of predicting positive every sample scored ``>= t``. This is sklearn
     ``average_precision_score`` and torchmetrics ``BinaryAveragePrecision(thresholds=None)``, ties
     included (a tied group enters as one threshold). Without ties it equals the mean over positives of the
-    precision at that positive's rank, SOAP's AP (seeds 001, 002).
+    precision at that positive's rank, SOAP's AP (Wang & Yang, ICML 2022; Wang et al., AISTATS 2022).
 
     Args:
         preds: ``[N]`` or ``[N, 1]`` scores.
@@ -241,7 +252,8 @@ def partial_auc(
 
 
 def partial_auc_sorted_negatives(preds: Tensor, target: Tensor, fpr_min: float, fpr_max: float) -> Tensor:
-    """The pAUC papers' empirical normalized pAUC on ``[α, β]`` (seed 003, eq. (2)), from the sorted negatives.
+    """The pAUC papers' empirical normalized pAUC on ``[α, β]`` (Yao, Lin & Yang, NeurIPS 2022, eq. (2)), from the
+    sorted negatives.
 
     With the negatives sorted by decreasing score, ``s_[1] >= s_[2] >= ... >= s_[N−]``, ``m = N−·α`` and
     ``n = N−·β`` (eq. (2) assumes both integers)::
@@ -423,7 +435,8 @@ class MulticlassAccuracy(BatchMetric):
     batch["y"])``. ``compute()`` returns the overall accuracy and keeps each class's accuracy (its recall: correct /
     samples of that class; NaN for a class never seen) in :attr:`per_task` ``[C]``; :meth:`named_values` returns
     both, which the algorithm modules log as ``{stage}/accuracy`` and ``{stage}/accuracy/<class>`` (e.g. the target
-    class of the continual-learning task, whose change is seed 004's "target ΔACC").
+    class of the continual-learning task, whose change is the target-task accuracy improvement plotted by Chen et
+    al., NeurIPS 2025, Figure 3).
 
     Args:
         num_classes: C, sizes the states up front (the algorithm modules pass the data's ``num_classes``); None

@@ -1,6 +1,6 @@
 """Ranking metrics: NDCG@k on padded query lists and full-ranking NDCG@k for recommendation.
 
-Definitions (seed 000, eq. (1)):
+Definitions (Qiu et al., ICML 2022, eq. (1)):
 
 * gain ``G(y) = 2**y - 1`` (``gain="exp2"``, the papers' and allRank's choice) or ``G(y) = y``
   (``gain="linear"``, torchmetrics' choice);
@@ -15,6 +15,11 @@ Relation to torchmetrics: ``RetrievalNormalizedDCG(top_k=k)`` uses a linear gain
 over tied groups exactly like ``ties="average"`` here, so ``ndcg_at_k(p, y, k)`` equals it when it is fed
 ``target = 2**y - 1`` (tested). Its functional ``retrieval_normalized_dcg`` on a ``[Q, L]`` tensor flattens
 all queries into one ranking, which is not the per-query mean computed here.
+
+References:
+    * Qiu et al. (ICML 2022): Zi-Hao Qiu, Quanqi Hu, Yongjian Zhong, Lijun Zhang and Tianbao Yang, "Large-scale
+      Stochastic Optimization of NDCG Surrogates for Deep Learning with Provable Convergence", ICML 2022,
+      arXiv:2202.12183.
 """
 
 from __future__ import annotations
@@ -112,7 +117,7 @@ def ndcg_at_k(
         mask: ``[Q, L]`` bool, ``True`` marks real items and ``False`` padding; ``None`` means every position
             is real. Padded items are neither ranked nor part of the ideal ranking, so padding never
             changes the value.
-        gain: ``"exp2"`` for ``G(y) = 2**y - 1`` (seed 000, allRank, LibAUC) or ``"linear"`` for
+        gain: ``"exp2"`` for ``G(y) = 2**y - 1`` (Qiu et al., allRank, LibAUC) or ``"linear"`` for
             ``G(y) = y`` (torchmetrics, sklearn).
         empty: what a query whose ideal DCG is 0 (no item with positive gain among its real items,
             including a query with no real item at all) scores:
@@ -234,6 +239,16 @@ class NDCG(BatchMetric):
 
     ``update(preds, target, mask=None)`` takes ``[Q, L]`` tensors as in :func:`ndcg_at_k`; from an evaluation
     batch, ``update(scores, batch["relevance"], batch.get("mask"))``.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.metrics import NDCG
+        >>> metric = NDCG(k=2)
+        >>> preds = torch.tensor([[0.9, 0.1, 0.5], [0.2, 0.8, 0.3]])  # two queries of three items
+        >>> target = torch.tensor([[1, 0, 0], [0, 0, 2]])
+        >>> metric.update(preds, target)  # query 1: relevant item ranked 1st (1.0); query 2: 2nd (1/log2(3))
+        >>> round(float(metric.compute()), 4)
+        0.8155
     """
 
     inputs = ("relevance",)
