@@ -213,7 +213,7 @@ def report(single: dict, ddp: dict | None, command: str, steps: int, threads: in
         "* SONEX: the MSVR correction γ'(ĝ(w_t) − ĝ(w_{t−1})) evaluates the batch a second time, at the previous "
         "parameters (one more forward pass of the MLP, about a third of a plain step); the ↳ row without it "
         "(γ' = 0) is the rest of SONEX's machinery.",
-        "* PAUCRange (inner step, `fccolit/algorithms/pauc.py`): each step adds the proximal term ‖w − w_k‖²/(2μ) "
+        "* PAUCRange (inner step, `fccolit/algorithms/pauc/agd_sbcd.py`): each step adds the proximal term ‖w − w_k‖²/(2μ) "
         "over every parameter to the gradient (in closed form), adds the iterate to the running average of the "
         "iterates, and sorts the batch's losses for the ranked range: two parameter-sized passes beyond the SGD step.",
         "* ADAP: the AP surrogate's P × B pairs (64 × 256 here; one autograd node with a closed-form backward), the "

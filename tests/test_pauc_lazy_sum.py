@@ -20,8 +20,9 @@ class EagerTracker(ThresholdTracker):
     """The O(num_rows)-per-step reference (the pre-lazy implementation)."""
 
     @torch.no_grad()
-    def accumulate(self, index, lam, first, step):
+    def accumulate(self, index, lam, step):
         current = self.values
+        first = torch.isnan(current.index_select(0, index))  # before this step's update: a first visit
         self.total += torch.where(torch.isnan(current), torch.zeros_like(current), current)
         backfilled = torch.where(first, lam * (step + 1), self.total.index_select(0, index))
         self.total.index_copy_(0, index, backfilled)
@@ -33,11 +34,10 @@ class EagerTracker(ThresholdTracker):
         self.total.zero_()
 
 
-def _read(tracker: ThresholdTracker, index: torch.Tensor, init: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """λ [R] of the batch's rows (``init`` on a first visit, as ``read`` with a float / batch start) and first [R]."""
+def _read(tracker: ThresholdTracker, index: torch.Tensor, init: torch.Tensor) -> torch.Tensor:
+    """λ [R] of the batch's rows (``init`` on a first visit, as ``read`` with a float / batch start)."""
     lam = tracker.values.index_select(0, index)
-    first = torch.isnan(lam)
-    return torch.where(first, init, lam), first
+    return torch.where(torch.isnan(lam), init, lam)
 
 
 def _sbcd_call(trackers, steps, generator, num_rows, batch, weights, share=0.3, lr=0.2):
@@ -49,8 +49,8 @@ def _sbcd_call(trackers, steps, generator, num_rows, batch, weights, share=0.3, 
         # a duplicated row gets one start value (as read() gives: the same losses row)
         exceed = torch.rand(batch, generator=generator, dtype=torch.float64)
         for tracker in trackers:
-            lam, first = _read(tracker, index, init)
-            tracker.accumulate(index, lam, first, t)
+            lam = _read(tracker, index, init)
+            tracker.accumulate(index, lam, t)
             tracker.update(index, lam, exceed, share, lr, synced=False)
         seen.append(index)
     return seen
@@ -89,8 +89,8 @@ def test_accumulate_touches_only_the_batch_rows():
     _sbcd_call([tracker], 5, generator, num_rows, 8, torch.ones(num_rows, dtype=torch.float64))
     before = {k: v.clone() for k, v in tracker.state_dict().items()}
     index = torch.tensor([3, 999, 3, 500])
-    lam, first = _read(tracker, index, torch.full((4,), 0.5, dtype=torch.float64))
-    tracker.accumulate(index, lam, first, 5)
+    lam = _read(tracker, index, torch.full((4,), 0.5, dtype=torch.float64))
+    tracker.accumulate(index, lam, 5)
     tracker.update(index, lam, torch.full((4,), 0.25, dtype=torch.float64), 0.3, 0.2, synced=False)
     untouched = torch.ones(num_rows, dtype=torch.bool)
     untouched[index] = False
@@ -114,8 +114,8 @@ def test_lazy_sum_survives_a_state_dict_round_trip_mid_call():
         init = torch.full((batch,), math.pi, dtype=torch.float64)
         exceed = torch.rand(batch, generator=gen_b, dtype=torch.float64)
         for tracker in (straight, eager, resumed):
-            lam, first = _read(tracker, index, init)
-            tracker.accumulate(index, lam, first, t)
+            lam = _read(tracker, index, init)
+            tracker.accumulate(index, lam, t)
             tracker.update(index, lam, exceed, 0.5, 0.1, synced=False)
     for tracker in (straight, eager, resumed):
         tracker.average_(30)

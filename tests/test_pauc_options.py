@@ -11,10 +11,10 @@ import torch
 import yaml
 from jsonargparse import ArgumentParser
 
-from fccolit.algorithms.pauc import PAUCRange, SoRR, prox_sgd_step
+from fccolit.algorithms.pauc import PAUCRange, SoRR
 from fccolit.data import binary_fields
 from fccolit.objectives.pauc import PartialAUCRange, RankedRangeObjective
-from tests.test_pauc import TOL, ArrayData, Recorder, fit, hand_step, linear, toy
+from tests.test_pauc import TOL, ArrayData, Recorder, fit, hand_step, linear, prox_sgd_step, toy
 
 
 # ------------------------------------------------------------------------------------------ score transform

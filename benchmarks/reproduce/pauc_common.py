@@ -35,7 +35,11 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / "benchmarks" / "out" / "pauc_cache"  # git-ignored: one JSON file per run, and the parsed data
 # a run's result depends on the library's pAUC code: its content is part of every cache key, so an edit reruns;
 # HARNESS_VERSION is bumped by hand when run_fccolit / run_libauc / load change what a run computes
-SOURCES = ("fccolit/algorithms/pauc.py", "fccolit/objectives/pauc.py")
+SOURCES = (
+    "fccolit/algorithms/double_loop.py",
+    *(f"fccolit/algorithms/pauc/{name}.py" for name in ("__init__", "base", "thresholds", "agd_sbcd", "dca", "minibatch")),
+    "fccolit/objectives/pauc.py",
+)
 HARNESS_VERSION = "1"
 
 

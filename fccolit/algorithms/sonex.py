@@ -27,14 +27,13 @@ References:
 
 from __future__ import annotations
 
-from typing import Iterable
-
 import torch
 from torch import nn
 from torch.func import functional_call
 
 from fccolit import distributed
 from fccolit.algorithms.base import FCCOModule
+from fccolit.algorithms.double_loop import ParameterSnapshot
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.nonsmooth import CompositeObjective
 
@@ -57,46 +56,6 @@ def theoretical_correction_weight(ema_weight: float, num_rows: int, rows_per_ste
     if not 0.0 < ema_weight < 1.0:
         raise ValueError(f"γ must be in (0, 1) for the theoretical γ', got {ema_weight}")
     return 1.0 - ema_weight + (num_rows - rows_per_step) / (rows_per_step * (1.0 - ema_weight))
-
-
-def _buffer_name(name: str) -> str:
-    return name.replace(".", "__")
-
-
-class ParameterSnapshot(nn.Module):
-    """A copy of a module's trainable parameters kept as persistent buffers.
-
-    It moves with the module, follows its dtype, is in every checkpoint (so a resumed run continues with the
-    same previous iterate / anchor) and is identical on every rank under DDP (the weights are). ``ready`` is False
-    until the first :meth:`copy_from`.
-
-    Args:
-        named: ``(name, parameter)`` pairs; names as in ``module.named_parameters()``.
-    """
-
-    def __init__(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
-        super().__init__()
-        named = list(named)
-        self.names = [n for n, _ in named]
-        for n, p in named:
-            self.register_buffer(_buffer_name(n), p.detach().clone())
-        self.register_buffer("ready", torch.zeros((), dtype=torch.bool))
-
-    def tensors(self) -> list[torch.Tensor]:
-        return [getattr(self, _buffer_name(n)) for n in self.names]
-
-    def as_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
-        """``{name without prefix: copy}`` for the names starting with ``prefix``."""
-        return {n[len(prefix):]: t for n, t in zip(self.names, self.tensors()) if n.startswith(prefix)}
-
-    @torch.no_grad()
-    def copy_from(self, params: Iterable[torch.Tensor]) -> None:
-        for buf, p in zip(self.tensors(), params, strict=True):
-            buf.copy_(p)
-        self.ready.fill_(True)
-
-    def extra_repr(self) -> str:
-        return f"{len(self.names)} tensors"
 
 
 class NonsmoothFCCOModule(FCCOModule):

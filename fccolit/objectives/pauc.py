@@ -35,11 +35,11 @@ SoRR): the values do not grow with the data, and the algorithms' hyper-parameter
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
+from torch import nn
 
-from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.surrogates import pairwise_surrogate
 
 __all__ = [
@@ -176,25 +176,43 @@ class RankedRangeBatch:
     weights: torch.Tensor | None = None
 
 
-class RankedRangeObjective(FCCOObjective):
-    """Base of the ranked-range objectives (see the module docstring).
+#: the FCCO interface (:class:`~fccolit.objectives.FCCOObjective`) that ranked-range objectives do not have
+FCCO_INTERFACE = frozenset({"inner", "outer", "outer_grad", "inner_dim", "state_bounds"})
+
+
+class RankedRangeObjective(nn.Module):
+    """Base of the ranked-range objectives (see the module docstring), and the protocol the ranked-range algorithms
+    (:mod:`fccolit.algorithms.pauc`) read.
+
+    These objectives are DC programs solved by :class:`~fccolit.algorithms.pauc.PAUCRange` (AGD-SBCD),
+    :class:`~fccolit.algorithms.pauc.SoRR`, :class:`~fccolit.algorithms.pauc.DCA`,
+    :class:`~fccolit.algorithms.pauc.ProximalDCA` and :class:`~fccolit.algorithms.pauc.MiniBatchPAUC`. They are
+    not of the form ``f(g(w))`` with ``g`` an average, so they are not :class:`~fccolit.objectives.FCCOObjective`
+    and have none of its ``inner`` / ``outer`` / ``outer_grad`` / ``inner_dim`` / ``state_bounds``: asking for one
+    (a SOX-type algorithm given a ranked-range objective) raises a ``TypeError`` that names the right algorithms.
 
     Subclasses implement :meth:`losses`. ``alpha`` and ``beta`` are the shares ``m/N`` and ``n/N`` of the column
     population (FPR range for pAUC); ``surrogate`` / ``margin`` / ``scale`` name the loss ℓ from
     :mod:`fccolit.surrogates` as a function of the margin ``d`` (non-decreasing in ``d``).
 
-    The mini-batch estimate of a row needs every column of the batch, so under DDP the batch is gathered with
-    gradient and every rank evaluates the global batch (``needs_global_batch``).
+    What the algorithms read (the class attributes mean what they mean on an FCCOObjective):
 
-    These objectives are DC programs solved by :class:`~fccolit.algorithms.pauc.PAUCRange` (AGD-SBCD),
-    :class:`~fccolit.algorithms.pauc.SoRR`, :class:`~fccolit.algorithms.pauc.DCA`,
-    :class:`~fccolit.algorithms.pauc.ProximalDCA` and :class:`~fccolit.algorithms.pauc.MiniBatchPAUC`; they are
-    not of the form ``f(g(w))`` with ``g`` an average, so :meth:`inner` / :meth:`outer` (the SOX interface) raise.
+    * :meth:`losses` (the loss matrix of a batch), :meth:`dc_components`, :meth:`component_score_gradient`
+      (DCA's full-data subgradient) and :meth:`exact_value`;
+    * :meth:`num_rows` (the rows of the per-row thresholds), :meth:`bind_sizes`, :meth:`bind_model`,
+      :meth:`local_fields`;
+    * ``task``, ``default_metrics``, ``multi_task`` (False), ``batch_fields`` and ``needs_global_batch``: the
+      mini-batch estimate of a row needs every column of the batch, so under DDP the batch is gathered with
+      gradient and every rank evaluates the global batch.
     """
 
     task: ClassVar[str] = "binary"
     needs_global_batch: ClassVar[bool] = True
     batch_fields: ClassVar[tuple[str, ...]] = ("y", "pos_index")
+    multi_task: ClassVar[bool] = False
+    #: the DataModule size that counts the threshold rows (a key of ``datamodule.sizes``)
+    state_rows: ClassVar[str] = "num_positives"
+    default_metrics: tuple[str, ...] = ()
 
     def __init__(
         self, alpha: float, beta: float, surrogate: str = "logistic", margin: float = 1.0, scale: float = 1.0
@@ -243,19 +261,35 @@ class RankedRangeObjective(FCCOObjective):
             (grad,) = torch.autograd.grad(value, h)
         return grad
 
-    # ------------------------------------------------------------------ not an f(g) objective
-    def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
-        raise TypeError(
-            f"{type(self).__name__} is a difference-of-convex ranked-range objective, not f(g(w)) with an averaged "
-            "inner g: train it with fccolit.algorithms.pauc.PAUCRange / SoRR / DCA / ProximalDCA / MiniBatchPAUC, "
-            "not with SOX-type algorithms."
-        )
-
-    def outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.inner(u, context)  # raises the same explanation
+    # ------------------------------------------------------------------ data
+    def num_rows(self, sizes: dict[str, int]) -> int:
+        """The number of per-row thresholds, read from the DataModule's sizes (``sizes[state_rows]``)."""
+        if self.state_rows not in sizes:
+            raise KeyError(
+                f"{type(self).__name__} keeps one threshold per '{self.state_rows}', but the DataModule sizes only "
+                f"have {sorted(sizes)}: use a DataModule that provides it, or pass data_sizes explicitly."
+            )
+        return int(sizes[self.state_rows])
 
     def bind_sizes(self, sizes: dict[str, int]) -> None:
         """Receive the DataModule's sizes (called by the algorithm modules). Default: nothing to bind."""
+
+    def bind_model(self, model: nn.Module) -> None:
+        """Receive the backbone (called by the algorithm modules). Default: nothing to bind."""
+
+    def local_fields(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Fields computed from this rank's inputs before the global batch is gathered (none: ``batch``)."""
+        return batch
+
+    # ------------------------------------------------------------------ not an f(g) objective
+    def __getattr__(self, name: str) -> Any:
+        if name in FCCO_INTERFACE:
+            raise TypeError(
+                f"{type(self).__name__} is a difference-of-convex ranked-range objective, not f(g(w)) with an "
+                f"averaged inner g (it has no {name!r}): train it with fccolit.algorithms.pauc.PAUCRange / SoRR / "
+                "DCA / ProximalDCA / MiniBatchPAUC, not with SOX-type algorithms."
+            )
+        return super().__getattr__(name)
 
 
 class PartialAUCRange(RankedRangeObjective):
@@ -288,8 +322,6 @@ class PartialAUCRange(RankedRangeObjective):
     Batch fields: ``y`` ``[B]`` (1 positive, 0 negative) and ``pos_index`` ``[B]`` (row of each positive, −1 for
     negatives). Default metrics: ``pauc_{α}_{β}`` (e.g. ``pauc_0.05_0.5``) and ``auroc``.
     """
-
-    state_rows: ClassVar[str] = "num_positives"
 
     SCORE_TRANSFORMS: ClassVar[tuple[str, ...]] = ("identity", "sigmoid")
 
@@ -374,8 +406,6 @@ class SumOfRankedRange(RankedRangeObjective):
         surrogate, margin, scale: ℓ as a function of ``−y±·h``.
         reweight: importance-weight the classes of a stratified batch (see above).
     """
-
-    state_rows: ClassVar[str] = "num_samples"
 
     def __init__(
         self,
