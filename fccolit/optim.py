@@ -182,6 +182,19 @@ class Momentum(_CheckedOptimizer):
 
     State per parameter: ``momentum_buffer`` (v, same shape/dtype/device as the parameter) and
     ``step`` (int, number of updates taken).  Sparse gradients are not supported.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.optim import Momentum
+        >>> w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+        >>> optimizer = Momentum([w], lr=0.5, momentum_weight=0.1)  # η = 0.5, β = 0.1
+        >>> for step in range(2):
+        ...     w.grad = torch.tensor([1.0, -2.0])  # the estimator G (here constant)
+        ...     optimizer.step()
+        ...     v = optimizer.state[w]["momentum_buffer"]  # v = 0.9 v + 0.1 G, then w = w − 0.5 v
+        ...     print([round(x, 4) for x in v.tolist()], [round(x, 4) for x in w.tolist()])
+        [0.1, -0.2] [0.95, -1.9]
+        [0.19, -0.38] [0.855, -1.71]
     """
 
     def __init__(

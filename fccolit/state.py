@@ -98,12 +98,17 @@ class IndexedState(nn.Module):
     Shapes: ``update(index [B], estimate [B, dim])``; ``values()`` → ``[num_rows, dim]``.
 
     Example:
+        >>> import torch
+        >>> from fccolit.state import IndexedState
         >>> state = IndexedState(num_rows=4, dim=1, initial="zero")
         >>> record = state.update(torch.tensor([2]), torch.tensor([[1.0]]), ema_weight=0.5)
         >>> record.previous.item(), record.current.item()  # (1 − γ)·0 + γ·1
         (0.0, 0.5)
         >>> state.visited().tolist()
         [False, False, True, False]
+        >>> record = state.update(torch.tensor([2, 0]), torch.tensor([[2.0], [4.0]]), ema_weight=0.5)
+        >>> state.values().flatten().tolist()  # row 2: 0.5·0.5 + 0.5·2; row 0: 0.5·0 + 0.5·4; others untouched
+        [2.0, 0.0, 1.25, 0.0]
     """
 
     def __init__(

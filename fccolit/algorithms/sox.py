@@ -176,6 +176,35 @@ class SOX(SOXFamily):
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`. The momentum β and step η belong to the
             optimizer; the default is ``Momentum(lr=1e-3, momentum_weight=0.1)`` (β = 0.1, Wang & Yang's choice,
             §4.1).
+
+    Example:
+        Four steps by hand on one batch of an AP problem (``Trainer.fit`` runs the same step on a DataModule's
+        batches; see ``configs/quickstart.yaml``):
+
+        >>> import torch
+        >>> from fccolit.algorithms import SOX
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import AveragePrecision
+        >>> from fccolit.optim import Momentum
+        >>> _ = torch.manual_seed(0)
+        >>> batch = {"x": torch.randn(6, 3), "y": torch.tensor([1, 0, 0, 1, 0, 0]), "index": torch.arange(6),
+        ...          "pos_index": torch.tensor([0, -1, -1, 1, -1, -1])}  # row of u for each positive
+        >>> sizes = {"num_samples": 6, "num_positives": 2, "num_features": 3}
+        >>> module = SOX(LinearScorer(), AveragePrecision(), ema_weight=0.5, data_sizes=sizes,
+        ...              optimizer=lambda params: Momentum(params, lr=1.0, momentum_weight=0.5))
+        >>> module.state  # u_i: two components per positive i
+        IndexedState(name=u, num_rows=2, dim=2, decay_unsampled=False, initial='first_estimate')
+        >>> optimizer = module.configure_optimizers()
+        >>> for step in range(4):
+        ...     optimizer.zero_grad()
+        ...     loss, f_u = module.compositional_loss(module(batch), batch)  # updates u; ∇loss is the estimator
+        ...     loss.backward()
+        ...     optimizer.step()
+        ...     print(round(f_u.mean().item(), 4))  # the plug-in estimate of F = −(surrogate AP)
+        -0.5022
+        -0.5218
+        -0.5568
+        -0.5994
     """
 
     def __init__(
