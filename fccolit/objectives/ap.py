@@ -1,4 +1,12 @@
-"""Average precision (AUPRC) as an FCCO problem (seed 001 §1.4, seed 002 eqs. (2)–(4), §1.6–1.7)."""
+"""Average precision (AUPRC) as an FCCO problem (Wang & Yang, ICML 2022, §4.1, eq. (7); Wang et al., AISTATS 2022,
+eqs. (2)–(4) and the inner estimators, Assumption 1 and Ω of its §3).
+
+References:
+    * Wang & Yang (ICML 2022): Bokun Wang and Tianbao Yang, "Finite-Sum Coupled Compositional Stochastic
+      Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396.
+    * Wang et al. (AISTATS 2022): Guanghui Wang, Ming Yang, Lijun Zhang and Tianbao Yang, "Momentum Accelerates
+      the Convergence of Stochastic AUPRC Maximization", AISTATS 2022, arXiv:2107.01173.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +31,8 @@ class AveragePrecision(FCCOObjective):
     ``j = i`` is kept in both sums: it gives ``u_2 ≥ ℓ(0)/n > 0``.
 
     Scale (``inner_scale``): ``"mean"`` (default, the formula above: the state does not grow with n) or
-    ``"sum"`` (seed 002's ``g_i = Σ_j``, n times larger). ``f`` is scale-invariant and ``∇f(c·u) = ∇f(u)/c``,
-    so both scales give the same objective and the same updates of every algorithm (seed 002 §1.7, tested);
+    ``"sum"`` (Wang et al.'s ``g_i = Σ_j``, n times larger). ``f`` is scale-invariant and ``∇f(c·u) = ∇f(u)/c``,
+    so both scales give the same objective and the same updates of every algorithm (tested);
     only Ω changes. ``"sum"`` needs ``num_samples`` (:meth:`bind_sizes`).
 
     Inner estimators (``inner_estimator``), both using every sample of the batch as the inner set of every
@@ -32,27 +40,27 @@ class AveragePrecision(FCCOObjective):
 
     * ``"batch_mean"`` (default; what SOAP / LibAUC compute): ``ĝ_i = (1/|B|) Σ_{j∈B} [1(y_j=1) ℓ_ij, ℓ_ij]``.
       Unbiased for ``g_i`` only when the batch is a uniform sample of the data. A class-stratified batch
-      (:class:`~fccolit.samplers.DualSampler`: P positives and Q negatives per batch) reweights the classes
-      (seed 002 §1.6): the batch mean then estimates the inner value of data whose positive share is P/|B|.
+      (:class:`~fccolit.samplers.DualSampler`: P positives and Q negatives per batch) reweights the classes:
+      the batch mean then estimates the inner value of data whose positive share is P/|B|.
     * ``"reweighted"``: unbiased for ``g_i`` under class-stratified batches. With P positives (the anchor
       among them) and Q negatives in the batch, m positives and n samples in the training data::
 
           ĝ_i1 = ( ℓ_ii + ((m − 1)/(P − 1)) Σ_{j∈B+, j≠i} ℓ_ij ) / n
           ĝ_i2 = ĝ_i1 + ((n − m)/Q) Σ_{j∈B−} ℓ_ij / n
 
-      (times n on the sum scale). This corrects seed 002 §1.6's ``(m/P) Σ_{j∈B+} ℓ_ij``, which is unbiased
+      (times n on the sum scale). This corrects the plain reweighting ``(m/P) Σ_{j∈B+} ℓ_ij``, which is unbiased
       only when the inner sample is drawn independently of the anchor (the paper's S_1): here the anchor is
       always in its own batch, so the self pair ``ℓ_ii = ℓ(0)`` must count once and the other P − 1 batch
       positives are a uniform sample of the other m − 1 positives (tested by enumerating every batch). The
       anchor's self pair is its own batch position; with P = 1 the other positives are not estimated (0), and
       with Q = 0 the negatives are not. Needs ``num_samples`` and ``num_positives`` (:meth:`bind_sizes`).
 
-    Projection (``project=True``): the box Ω of seed 002 §1.7 derived from the surrogate and the score
+    Projection (``project=True``): the box Ω of Wang et al. (§3, after Assumption 1) derived from the surrogate and the score
     range. With ``C = ℓ(0)`` (the self pair, Assumption 1(i)) and ``M = max ℓ = ℓ(r)`` over score margins in
     ``[−r, r]`` (r = ``score_range``, 1 for sigmoid scores; every surrogate here is non-decreasing): squared
     hinge ``C = γ²``, ``M = (r + γ)²``; sigmoid ``C = 1/2``, ``M = sigmoid(scale·r)``. Then
 
-    * ``"reweighted"`` (and the exact ``g_i``): seed 002's Ω, ``u_1 ≤ M·m``, ``C ≤ u_2 ≤ M·n`` on the sum
+    * ``"reweighted"`` (and the exact ``g_i``): Wang et al.'s Ω, ``u_1 ≤ M·m``, ``C ≤ u_2 ≤ M·n`` on the sum
       scale and ``u_1 ≤ M·m/n``, ``C/n ≤ u_2 ≤ M`` on the mean scale. Every reweighted estimate lies in Ω.
     * ``"batch_mean"``: a batch may hold more positives than their share m/n (a DualSampler oversamples them),
       so its estimates can exceed ``u_1 ≤ M·m/n``; with ``omega_bounds="estimator"`` (default) Ω keeps only the
@@ -71,9 +79,9 @@ class AveragePrecision(FCCOObjective):
     rows; it needs ``num_samples`` and ``num_positives``.
 
     Args:
-        surrogate: ``"squared_hinge"`` (the papers' choice) or ``"sigmoid"`` (seed 002's logistic), or any name
+        surrogate: ``"squared_hinge"`` (the papers' choice) or ``"sigmoid"`` (Wang et al.'s logistic), or any name
             of :mod:`fccolit.surrogates`.
-        margin: ``γ`` of the squared hinge ``max(0, s_j − s_i + γ)²`` (seed 002; LibAUC uses 1.0).
+        margin: ``γ`` of the squared hinge ``max(0, s_j − s_i + γ)²`` (Wang et al.; LibAUC uses 1.0).
         scale: slope of the sigmoid / logistic surrogates.
         score_transform: ``"sigmoid"`` maps logits to (0, 1) as the papers do; ``"identity"`` uses raw scores.
         project: project the state onto Ω (above).

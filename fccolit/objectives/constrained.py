@@ -1,8 +1,9 @@
-"""Non-smooth FCCO tasks of seed 004: group DRO with CVaR, and ``min g_0 s.t. h_i ≤ 0`` problems (ROC fairness).
+"""Non-smooth FCCO tasks of Chen et al. (NeurIPS 2025): group DRO with CVaR, and ``min g_0 s.t. h_i ≤ 0`` problems
+(ROC fairness).
 
 Each is a :class:`~fccolit.objectives.nonsmooth.CompositeObjective`: ``F(w) = g_0(w) + (1/n) Σ_i f(g_i(w))``.
 
-* :class:`GroupDROCVaR` (seed 004 eq. (10)): ``min_{θ,s} s + (1/n) Σ_g (1/r)[L_g(θ) − s]_+``, one outer index per
+* :class:`GroupDROCVaR` (eq. (10)): ``min_{θ,s} s + (1/n) Σ_g (1/r)[L_g(θ) − s]_+``, one outer index per
   group, ``f = (1/r)[·]_+`` (:class:`~fccolit.objectives.nonsmooth.Hinge` with ρ = 1/r), ``g_0 = s``.
 * :class:`ConstrainedObjective`: the penalty form ``Φ(w) = g_0(w) + (1/m) Σ_i p(h_i(w))`` of
   ``min g_0(w) s.t. h_i(w) ≤ 0, i = 1..m`` (eqs. (8), (9)), one outer index per constraint, ``p`` the hinge
@@ -10,8 +11,15 @@ Each is a :class:`~fccolit.objectives.nonsmooth.CompositeObjective`: ``F(w) = g_
   sums (a mean over the constraint's data) only implement :meth:`ConstrainedObjective.constraint_statistics`; the
   same sums give the mini-batch inner values and the exact full-data values that
   :class:`~fccolit.callbacks.constraints.ConstraintViolationLogger` reduces across ranks.
-* :class:`ROCFairnessAUC` (seed 004 §1.5(b), Appendix F.2): pairwise sigmoid AUC loss subject to TPR and FPR gaps
-  between two groups ``≤ κ`` at thresholds Γ.
+* :class:`ROCFairnessAUC` (§6 and Appendix F.2): pairwise sigmoid AUC loss subject to TPR and FPR gaps between two
+  groups ``≤ κ`` at thresholds Γ.
+
+References:
+    * Chen et al. (NeurIPS 2025): Xingyu Chen, Bokun Wang, Ming Yang, Qihang Lin and Tianbao Yang, "Stochastic
+      Momentum Methods for Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025,
+      arXiv:2506.02504.
+    * Vogel, Bellet & Clémençon, "Learning Fair Scoring Functions: Bipartite Ranking under ROC-based Fairness
+      Constraints", AISTATS 2021 (the ROC-fairness constraints).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ def _zero(scores: torch.Tensor) -> torch.Tensor:
 
 
 class GroupDROCVaR(CompositeObjective):
-    r"""Group DRO with the CVaR divergence (seed 004 eq. (10), Appendix F.1)::
+    r"""Group DRO with the CVaR divergence (Chen et al., NeurIPS 2025, eq. (10), Appendix F.1)::
 
         F(θ, s) = s + (1/n) Σ_{g=1}^{n} (1/r) [ L_g(θ) − s ]_+,     L_g(θ) = E_{(x,y)~D_g} ℓ(θ; x, y),   r = k/n
 
@@ -45,8 +53,8 @@ class GroupDROCVaR(CompositeObjective):
     ``s`` is a (1 − r)-quantile of the group losses). FCCO mapping [derived]: ``w = (θ, s)``, one outer index per
     group, ``g_g(w) = L_g(θ) − s`` (d' = 1), ``f(x) = (1/r)[x]_+`` (convex, non-decreasing, C_f = 1/r), ``g_0 = s``.
 
-    The state tracks ``L_g − s`` (the literal Algorithm 1; seed 004 §1.5(a) leaves open whether to track ``L_g``
-    only and subtract the current ``s`` exactly; only the literal form is implemented). ``s`` is a parameter of
+    The state tracks ``L_g − s`` (the literal Algorithm 1; the paper leaves open whether to track ``L_g`` only
+    and subtract the current ``s`` exactly; only the literal form is implemented). ``s`` is a parameter of
     this objective (``threshold``), so the optimizer updates it with the model (it is in ``module.parameters()``).
 
     Batch fields: ``group`` ``[B]`` long (the outer index, ``0 ≤ group < num_groups``) and ``y`` ``[B]`` (binary
@@ -102,7 +110,8 @@ class GroupDROCVaR(CompositeObjective):
 
 
 class ConstrainedObjective(CompositeObjective):
-    r"""``min g_0(w) s.t. h_i(w) ≤ 0, i = 1..m`` solved through the penalty problem (seed 004 eqs. (8), (9))::
+    r"""``min g_0(w) s.t. h_i(w) ≤ 0, i = 1..m`` solved through the penalty problem (Chen et al., NeurIPS 2025,
+    eqs. (8), (9))::
 
         Φ(w) = g_0(w) + (1/m) Σ_{i=1}^{m} p(h_i(w))
 
@@ -164,7 +173,8 @@ class ConstrainedObjective(CompositeObjective):
 
 
 class ROCFairnessAUC(ConstrainedObjective):
-    r"""AUC maximization under ROC-fairness constraints (seed 004 §1.5(b), Appendix F.2, after Vogel et al.)::
+    r"""AUC maximization under ROC-fairness constraints (Chen et al., NeurIPS 2025, Appendix F.2, after Vogel et
+    al.)::
 
         min_w  F(w) = −1/(|D_+||D_−|) Σ_{i∈D_+} Σ_{j∈D_−} σ(s_w(x_i) − s_w(x_j))
         s.t.   h_τ^+(w) = | mean_{p, y=1} σ(s_w − τ) − mean_{u, y=1} σ(s_w − τ) | − κ ≤ 0      (TPR gap at τ)

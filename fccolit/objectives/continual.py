@@ -1,5 +1,5 @@
-"""Continual learning with non-forgetting constraints (seed 004 §1.5(c), §3.3 and Appendix F.3, after Li et al. [7],
-"model developmental safety")::
+"""Continual learning with non-forgetting constraints (Chen et al., NeurIPS 2025, §6 and Appendix F.3, after Li et
+al. 2024, "model developmental safety")::
 
     min_w  F(w) = (1/n) Σ_{i ∈ D} L_GCL(w; x_i, t_i)                            (D: the target class's data)
     s.t.   h_k(w) = L_k(w, D_k) − L_k(w_old, D_k) − ε_k ≤ 0,    k = 1..m        (one per protected class)
@@ -8,6 +8,14 @@ solved through the penalty problem ``F + (1/m) Σ_k p(h_k)`` of :class:`~fccolit
 (SONEX smooths a hinge ``p`` with its λ: the paper's "SONEX + smoothed hinge"; PenaltySOX with the squared hinge is
 its baseline). ``w_old`` is a frozen copy of the model (:meth:`ContinualLearning.bind_model`). See
 :class:`ContinualLearning` for the exact estimators.
+
+References:
+    * Chen et al. (NeurIPS 2025): Xingyu Chen, Bokun Wang, Ming Yang, Qihang Lin and Tianbao Yang, "Stochastic
+      Momentum Methods for Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025,
+      arXiv:2506.02504.
+    * Li et al. 2024: Gang Li, Wendi Yu, Yao Yao, Wei Tong, Yingbin Liang, Qihang Lin and Tianbao Yang, "Model
+      Developmental Safety: A Safety-Centric Method and Applications in Vision-Language Models",
+      arXiv:2410.03955.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ def labels_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 class GlobalContrastiveLoss(FCCOObjective):
-    r"""The two-way global contrastive loss of the target class's images, an FCCO of its own (seed 004 F.3)::
+    r"""The two-way global contrastive loss of the target class's images, an FCCO of its own (Chen et al., App. F.3)::
 
         g_{0,a} = (mean_{j∈N} e^{z_{a,t_j} − z_{a,t_a}},  mean_{j∈N} e^{z_{j,t_a} − z_{a,t_a}})      [A, 2]
         f_0(u)  = τ Σ_k log(1 + n u_k)
@@ -119,7 +127,7 @@ class ContinualLearning(ConstrainedObjective):
     **Objective** ``g_0`` (paper F.3, two-way global contrastive loss, τ = 0.05): the anchors ``a`` are the target-class
     images, each paired with its class prompt ``t_a``; an anchor is contrasted with itself and with the ``n``
     non-target training samples ``N`` (their prompts ``T_a⁻``, their images ``I_a⁻``; the paper's sets "include the
-    positive", and the printed second denominator's index is corrected, seed 004 erratum 16)::
+    positive", and the printed second denominator's index is corrected)::
 
         L_GCL(a) = τ log[ (e^{z_{a,t_a}} + Σ_{j∈N} e^{z_{a,t_j}}) / e^{z_{a,t_a}} ]          (image → texts)
                  + τ log[ (e^{z_{a,t_a}} + Σ_{j∈N} e^{z_{j,t_a}}) / e^{z_{a,t_a}} ]          (text → images)

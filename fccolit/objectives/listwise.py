@@ -1,4 +1,13 @@
-"""Listwise cross-entropy (ListNet top-one) as an FCCO problem (seed 001 §1.7; SOLC's objective, seed 000 §1.6)."""
+"""Listwise cross-entropy (ListNet top-one) as an FCCO problem (Wang & Yang, ICML 2022, §5; SOLC's objective, Qiu
+et al., ICML 2022, §6 and App. B).
+
+References:
+    * Wang & Yang (ICML 2022): Bokun Wang and Tianbao Yang, "Finite-Sum Coupled Compositional Stochastic
+      Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396.
+    * Qiu et al. (ICML 2022): Zi-Hao Qiu, Quanqi Hu, Yongjian Zhong, Lijun Zhang and Tianbao Yang, "Large-scale
+      Stochastic Optimization of NDCG Surrogates for Deep Learning with Provable Convergence", ICML 2022,
+      arXiv:2202.12183.
+"""
 
 from __future__ import annotations
 
@@ -25,14 +34,14 @@ class ListwiseCE(FCCOObjective):
 
         |D| · F = Σ_q ( − Σ_{i∈S_q^+} P_q(y_i) log softmax_i ) = Σ_q ListNet_q
 
-    exactly: the paper's ``f = log u`` (seed 001 §1.7, §6 item 4) drops the weight ``P_q(y_i)`` and the constant
+    exactly: the paper's ``f = log u`` (Wang & Yang, §5) drops the weight ``P_q(y_i)`` and the constant
     ``log N_q``; both are kept here (the constant has no gradient but makes F the cross-entropy). ``∇f = P/u``.
 
     Target weights (``relevance_weight``):
 
-    * ``"linear"`` (default, seed 001's example ``P ∝ y``): ``P_q(y_i) = y_i / Σ_{j∈S_q^+} y_j``;
+    * ``"linear"`` (default, Wang & Yang's example ``P ∝ y``): ``P_q(y_i) = y_i / Σ_{j∈S_q^+} y_j``;
     * ``"uniform"``: ``P_q(y_i) = 1/N_q^+`` (every relevant item alike; equals ``"linear"`` for binary relevance);
-    * ``"none"``: ``P = 1``, one cross-entropy term per relevant pair (SOLC's shape; seed 000 §1.6 scales it
+    * ``"none"``: ``P = 1``, one cross-entropy term per relevant pair (SOLC's shape; Qiu et al.'s §6 scales it
       further by 1/N_q per query, which a subclass can put in :meth:`pair_weight`).
 
     The per-query normalizers come from the batch: ``relevance_sum`` ``[B]`` (``Σ_{j∈S_q^+} y_j``) when the
@@ -57,7 +66,8 @@ class ListwiseCE(FCCOObjective):
     Sampling of the pairs: the rows of a batch are its relevant entries and algorithms average over them, so
     the step estimates ∇F when the batch's pairs are a uniform sample of D (e.g. every query contributes the
     same number of pairs per relevant item it has); a query-level sampler with a fixed number of relevant items
-    per query weights queries equally instead (seed 000 §2.4 item 3).
+    per query weights queries equally instead (as the experiments of Qiu et al., §7, sample "a few (e.g., 10)
+    relevant items" per query).
 
     Numerics: ``exp(h(x) − h(x_i))`` overflows for score gaps above ~88 (float32); the state is linear, not
     log-domain, so keep the scores bounded. A per-batch shift of the exponent cannot be used (the state must

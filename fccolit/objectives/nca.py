@@ -1,4 +1,10 @@
-"""Neighbourhood component analysis (NCA) as an FCCO problem (seed 001 §1.6, SOX paper eq. (8))."""
+"""Neighbourhood component analysis (NCA) as an FCCO problem (Wang & Yang, ICML 2022, §4.3, eq. (8)).
+
+References:
+    * Wang & Yang (ICML 2022): Bokun Wang and Tianbao Yang, "Finite-Sum Coupled Compositional Stochastic
+      Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396.
+    * Goldberger et al., "Neighbourhood Components Analysis", NIPS 2004 (NCA itself).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ class NCA(FCCOObjective):
     with probability ∝ ``k_ij`` among the other points) has the class of ``x_i``, and ``F`` is minus the
     expected leave-one-out accuracy of that classifier.
 
-    Choices, and where they differ from the paper's printed eq. (8) (seed 001 §1.6, §6 item 3):
+    Choices, and where they differ from the paper's printed eq. (8):
 
     * ``C_i = {x_j ∈ S_i : y_j = y_i}`` **excludes the anchor**. As printed, C_i = {x_j ∈ D : y_j = y_i}
       contains x_i itself, so the numerator would get a ``k_ii = 1`` term that the denominator (over
@@ -30,7 +36,7 @@ class NCA(FCCOObjective):
     * ``F`` is the mean over the points (the FCCO form). The paper's eq. (8) sums them: its value is n × ours.
     * ``inner_scale="mean"`` (default) divides the inner sums by ``|S_i| = n − 1``; ``"sum"`` keeps the paper's
       sums. ``f`` is scale-invariant and ``∇f(c·u) = ∇f(u)/c``, so both give the same objective and the same
-      updates of every algorithm (seed 001 §5.1 item 7, tested); ``"sum"`` needs ``num_samples``
+      updates of every algorithm (tested); ``"sum"`` needs ``num_samples``
       (:meth:`bind_sizes`).
 
     Mini-batch estimate: every point of the batch is an anchor, and its inner set is the rest of the batch
