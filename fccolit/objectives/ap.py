@@ -55,8 +55,8 @@ class AveragePrecision(FCCOObjective):
       anchor's self pair is its own batch position; with P = 1 the other positives are not estimated (0), and
       with Q = 0 the negatives are not. Needs ``num_samples`` and ``num_positives`` (:meth:`bind_sizes`).
 
-    Projection (``project=True``): the box Ω of Wang et al. (§3, after Assumption 1) derived from the surrogate and the score
-    range. With ``C = ℓ(0)`` (the self pair, Assumption 1(i)) and ``M = max ℓ = ℓ(r)`` over score margins in
+    Projection (``project=True``): the box Ω of Wang et al. (§3, after Assumption 1) derived from the surrogate and
+    the score range. With ``C = ℓ(0)`` (the self pair, Assumption 1(i)) and ``M = max ℓ = ℓ(r)`` over score margins in
     ``[−r, r]`` (r = ``score_range``, 1 for sigmoid scores; every surrogate here is non-decreasing): squared
     hinge ``C = γ²``, ``M = (r + γ)²``; sigmoid ``C = 1/2``, ``M = sigmoid(scale·r)``. Then
 
