@@ -1,4 +1,4 @@
-"""NDCG surrogates as FCCO problems (seed 000: SONG, K-SONG) and SOLC's listwise cross-entropy.
+"""NDCG surrogates as FCCO problems (Qiu et al., ICML 2022: SONG, K-SONG) and SOLC's listwise cross-entropy.
 
 Every objective here reads the ranking batch schema (see :mod:`fccolit.samplers.ranking` and
 ``fccolit.datamodules.synthetic_ranking``): scores ``[B, L]`` (B query rows, each a list of L entries), and the
@@ -9,13 +9,13 @@ One FCCO term per relevant (query, item) pair: the anchors of a batch are its en
 
 Two choices every objective here shares, in one place (:class:`RankingObjective`):
 
-* **which average the inner estimate is** (``inner_estimator``): ``"list_mean"`` (Algorithm 1 of seed 000: the
+* **which average the inner estimate is** (``inner_estimator``): ``"list_mean"`` (Algorithm 1 of Qiu et al.: the
   mean over the query's list B_q; exact when the list is the whole S_q, unbiased when it is a uniform sample of
   S_q) or ``"stratified"`` (unbiased when the list holds P_q of the query's relevant items and M_q of its other
   items, each a uniform sample, as the ranking sampler draws them; the anchor's own term counted once). The
   same definitions as :class:`fccolit.objectives.listwise.ListwiseCE`.
 * **which normalization F has** (``normalization``): ``"per_query"`` (default): ``F = (1/N) Σ_q Σ_{i∈S_q^+} f_{q,i}``,
-  the NDCG definition averaged over queries (what the paper's code and LibAUC optimize; seed 000 §2.4 item 3),
+  the NDCG definition averaged over queries (what the paper's code and LibAUC optimize),
   estimated without bias from a batch of uniformly drawn queries with uniformly drawn relevant items; or
   ``"pairs"``: ``F = (1/|S|) Σ_{(q,i)∈S} f_{q,i}``, eq. (3) as printed, estimated by the plain mean over the batch's
   pairs (unbiased when the pairs are drawn uniformly from S); or ``"query_mean"``: ``F = (1/N) Σ_q mean_{i∈S_q^+}
@@ -23,6 +23,11 @@ Two choices every objective here shares, in one place (:class:`RankingObjective`
   over the sampled queries of the mean over each query's sampled relevant items; for listwise cross-entropy, whose
   f has no 1/N_q^+, ``"per_query"`` weights a user by the number of items they rated instead). The row weights that implement either are part of
   ``f`` (context ``"weight"``), so an algorithm's mean over the rows is the estimator and ``exact_value`` is F.
+
+References:
+    * Qiu et al. (ICML 2022): Zi-Hao Qiu, Quanqi Hu, Yongjian Zhong, Lijun Zhang and Tianbao Yang, "Large-scale
+      Stochastic Optimization of NDCG Surrogates for Deep Learning with Provable Convergence", ICML 2022,
+      arXiv:2202.12183.
 """
 
 from __future__ import annotations
@@ -184,7 +189,8 @@ class RankingObjective(FCCOObjective):
 
 
 class NDCGSurrogate(RankingObjective):
-    r"""The NDCG surrogate of seed 000 as an FCCO problem (eqs. (2)–(3); minimized, so ``F = −surrogate``).
+    r"""The NDCG surrogate of Qiu et al. (ICML 2022) as an FCCO problem (eqs. (2)–(3); minimized, so
+    ``F = −surrogate``).
 
     .. math::
 
@@ -194,7 +200,7 @@ class NDCGSurrogate(RankingObjective):
     with ``ℓ(d) = max(0, d + c)²`` (the squared hinge; c = ``margin``), ``N_q·g`` a smooth upper bound of the rank
     of item i when c ≥ 1 (Lemma 4.1: then the surrogate is a lower bound of NDCG), Z_q the ideal DCG of the query
     (batch field ``ideal_dcg``) and y_i its relevance. The text of eq. (3) prints ``2^{u_i^q}``; App. E's ``2^{y}``
-    is used (seed 000 §7 item 1). The self pair ``x' = x_i`` is in the sum, so ``g ≥ ℓ(0)/N_q > 0`` and f and ∇f
+    is used. The self pair ``x' = x_i`` is in the sum, so ``g ≥ ℓ(0)/N_q > 0`` and f and ∇f
     are finite at every estimate (the first-visit state is the estimate itself, never 0).
 
     ``∇f_{q,i}(u) = (2^{y_i} − 1) N_q / (Z_q ln2 (N_q u + 1) log2²(N_q u + 1)) > 0`` (closed form).
@@ -321,7 +327,7 @@ class LowerLevel:
 
 
 class TopKNDCGSurrogate(NDCGSurrogate):
-    r"""The top-K NDCG surrogate of seed 000 §5: a bilevel compositional problem (eq. (4)), minimized.
+    r"""The top-K NDCG surrogate of Qiu et al. (ICML 2022), §5: a bilevel compositional problem (eq. (4)), minimized.
 
     .. math::
 
@@ -338,7 +344,7 @@ class TopKNDCGSurrogate(NDCGSurrogate):
     (Lemmas 5.1 and 5.3): with well separated scores and small τ1, τ2 it sits between the (K+1)-th and the K-th
     largest score (at their midpoint for ε = 0; at ``θ_{K+1} − τ1 logit(ε)`` for ε ∈ (0, 1)).
 
-    Implicit gradient (App. E eq. (11); eq. (7) of the main text has the wrong sign, seed 000 §7 item 5):
+    Implicit gradient (App. E eq. (11); eq. (7) of the main text has the wrong sign, as finite differences confirm):
     ``∇ψ(h_i − λ̂) = ψ'·(∇h_i − ∇λ̂)`` with ``∇λ̂ = −∇²_{wλ}L / ∇²_λ L = Σ_j c_j σ'_j/τ1 ∇h_j / ∂²_λ L``.
 
     Args:
@@ -408,7 +414,7 @@ class TopKNDCGSurrogate(NDCGSurrogate):
 
     @torch.no_grad()
     def lower_level(self, scores: torch.Tensor, batch: dict[str, torch.Tensor], lam: torch.Tensor) -> LowerLevel:
-        """Closed-form ``∂_λ L_q``, ``∂²_λ L_q`` and the weights of ``∇_w λ̂`` at ``λ`` ``[B]`` (seed 000 §1.5)."""
+        """Closed-form ``∂_λ L_q``, ``∂²_λ L_q`` and the weights of ``∇_w λ̂`` at ``λ`` ``[B]`` (Qiu et al., §5)."""
         scores = scores.detach()
         c, slope = self._lower_inputs(scores, batch)
         sig = torch.sigmoid((scores - lam.to(scores.dtype).unsqueeze(1)) / self.tau1)
@@ -473,7 +479,7 @@ class TopKNDCGSurrogate(NDCGSurrogate):
 # SOLC's listwise cross-entropy
 # ---------------------------------------------------------------------------------------------------------------
 class SOLCListwiseCE(ListwiseCE):
-    r"""Listwise cross-entropy as SOLC optimizes it (seed 000 App. B), the warm-up objective of SONG / K-SONG.
+    r"""Listwise cross-entropy as SOLC optimizes it (Qiu et al., ICML 2022, App. B), the warm-up objective of SONG / K-SONG.
 
     .. math::
 
@@ -489,7 +495,7 @@ class SOLCListwiseCE(ListwiseCE):
     ``"query_mean"``: every user weighted equally, Algorithm 3's average, which the SOLC warm-up configs use;
     ``"pairs"``: a mean over pairs).
 
-    The printed Algorithm 3 omits the factor ``exp(h_j − h_i)`` in its gradient (seed 000 §7 item 7); the
+    The printed Algorithm 3 omits the factor ``exp(h_j − h_i)`` in its gradient; the
     estimator of :class:`~fccolit.algorithms.song.SOLC` is ``∇f(u)·∇ĝ``, which has it. For SOLC's log-domain
     state, :meth:`log_inner` gives ``ln ĝ`` by a log-sum-exp (no overflow for large score gaps).
     """
