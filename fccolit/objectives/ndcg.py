@@ -479,7 +479,8 @@ class TopKNDCGSurrogate(NDCGSurrogate):
 # SOLC's listwise cross-entropy
 # ---------------------------------------------------------------------------------------------------------------
 class SOLCListwiseCE(ListwiseCE):
-    r"""Listwise cross-entropy as SOLC optimizes it (Qiu et al., ICML 2022, App. B), the warm-up objective of SONG / K-SONG.
+    r"""Listwise cross-entropy as SOLC optimizes it (Qiu et al., ICML 2022, App. B), the warm-up objective of SONG /
+    K-SONG.
 
     .. math::
 
