@@ -1,8 +1,8 @@
 """Non-smooth outer functions with their prox and Moreau envelope, and the composite objectives built on them.
 
-Seed 004 (SONEX / ALEXR2) solves ``min_w F(w) = g_0(w) + (1/n) Σ_i f(g_i(w))`` where the outer ``f`` is convex
-(or weakly convex) but **non-smooth** and has a cheap prox. The algorithms replace ``f`` by its Moreau envelope
-(seed 004 §1.1, eq. (2))::
+Chen et al. (NeurIPS 2025; SONEX / ALEXR2) solve ``min_w F(w) = g_0(w) + (1/n) Σ_i f(g_i(w))`` where the outer
+``f`` is convex (or weakly convex) but **non-smooth** and has a cheap prox. The algorithms replace ``f`` by its
+Moreau envelope (§3, eq. (2))::
 
     prox_{λf}(u) = argmin_v f(v) + ‖u − v‖²/(2λ)
     f_λ(u)       = min_v   f(v) + ‖u − v‖²/(2λ)          (smooth: ∇f_λ is max{1/λ, ρ/(1 − λρ)}-Lipschitz)
@@ -13,10 +13,10 @@ Seed 004 (SONEX / ALEXR2) solves ``min_w F(w) = g_0(w) + (1/n) Σ_i f(g_i(w))`` 
 =========================  ================================  ==============================================
 class                      f                                 used for
 =========================  ================================  ==============================================
-:class:`Hinge`             ``ρ[x]_+``                        exact penalty (SONX [8]); CVaR with ρ = 1/r
+:class:`Hinge`             ``ρ[x]_+``                        exact penalty (SONX, Yang et al. 2025); CVaR, ρ = 1/r
 :class:`SmoothedHinge`     the Huber form ``f_λ`` of Hinge   smoothed-hinge penalty (SONEX / ALEXR2, eq. (9))
-:class:`SquaredHinge`      ``ρ[x]_+²``                       inexact penalty of the SOX baseline (Li et al. [7])
-:class:`GapPenalty`        ``p(|g_1 − g_2| − κ)`` on R²      ROC-fairness constraints (seed 004 §1.5(b))
+:class:`SquaredHinge`      ``ρ[x]_+²``                       inexact penalty of the SOX baseline (Li et al. 2024)
+:class:`GapPenalty`        ``p(|g_1 − g_2| − κ)`` on R²      ROC-fairness constraints (App. F.2)
 =========================  ================================  ==============================================
 
 The smoothing parameter λ belongs to the algorithm (``SONEX(lam=...)``, ``ALEXR2(lam=...)``): the objective says
@@ -30,8 +30,17 @@ on the smoothed hinge with the same λ are the same algorithm (a test checks it)
 ``i`` and an optional direct term ``g_0`` (a plain mini-batch mean: the objective of a constrained problem, or the
 CVaR threshold ``s``).
 
-Reference: ``/work/shared/notes/seed-004-nonsmooth-fcco.md`` §1.1, §1.4, §1.5 and §4.1 (every closed form here is
-checked against a numerical Moreau envelope in ``tests/test_nonsmooth.py``).
+Every closed form here is checked against a numerical Moreau envelope in ``tests/test_nonsmooth.py``.
+
+References:
+    * Chen et al. (NeurIPS 2025): Xingyu Chen, Bokun Wang, Ming Yang, Qihang Lin and Tianbao Yang, "Stochastic
+      Momentum Methods for Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025,
+      arXiv:2506.02504 (§3: the Moreau envelope; §5: the smoothed hinge penalty; App. F: the tasks).
+    * Yang et al. 2025: Ming Yang, Gang Li, Quanqi Hu, Qihang Lin and Tianbao Yang, "Single-loop Algorithms for
+      Stochastic Non-convex Optimization with Weakly-convex Constraints", arXiv:2504.15243 (the hinge penalty).
+    * Li et al. 2024: Gang Li, Wendi Yu, Yao Yao, Wei Tong, Yingbin Liang, Qihang Lin and Tianbao Yang, "Model
+      Developmental Safety: A Safety-Centric Method and Applications in Vision-Language Models", arXiv:2410.03955
+      (the squared-hinge penalty).
 """
 
 from __future__ import annotations
@@ -121,7 +130,7 @@ class OuterFunction:
 class Hinge(OuterFunction):
     r"""``f(x) = ρ [x]_+`` (d' = 1): the exact penalty of a constraint ``x ≤ 0``, and CVaR's outer with ρ = 1/r.
 
-    Closed forms (seed 004 §1.4; convex, C_f = ρ)::
+    Closed forms (Chen et al., §5; convex, C_f = ρ)::
 
         prox_{λf}(x) = x (x ≤ 0);  0 (0 ≤ x ≤ λρ);  x − λρ (x > λρ)   =  x − clip(x, 0, λρ)
         f_λ(x)       = 0 (x ≤ 0);  x²/(2λ) (0 < x ≤ λρ);  ρx − λρ²/2 (x > λρ)      (the Huber form)
@@ -165,8 +174,8 @@ class Hinge(OuterFunction):
 
 
 class SquaredHinge(OuterFunction):
-    r"""``f(x) = ρ [x]_+²`` (d' = 1): the squared-hinge penalty of the SOX baseline (seed 004 §2.4: "the natural
-    form is (ρ/m) Σ [g_i]_+²"; the paper does not print its scaling, this is an assumption). Smooth, not Lipschitz.
+    r"""``f(x) = ρ [x]_+²`` (d' = 1): the squared-hinge penalty of the SOX baseline (Chen et al., after Li et al.
+    2024; the paper does not print its scaling: ``(ρ/m) Σ [g_i]_+²`` is an assumption). Smooth, not Lipschitz.
 
     Closed forms: ``∇f = 2ρ[x]_+``; ``prox_{λf}(x) = x`` (x ≤ 0), ``x/(1 + 2λρ)`` (x > 0);
     ``f_λ(x) = ρ[x]_+²/(1 + 2λρ)``.
@@ -197,7 +206,7 @@ class SquaredHinge(OuterFunction):
 
 
 class SmoothedHinge(OuterFunction):
-    r"""The smoothed hinge ``f_λ`` (Huber form, seed 004 eq. (9)): the Moreau envelope of :class:`Hinge` ``ρ[x]_+``::
+    r"""The smoothed hinge ``f_λ`` (Huber form, Chen et al. eq. (9)): the Moreau envelope of :class:`Hinge` ``ρ[x]_+``::
 
         f_λ(x)  = 0 (x ≤ 0);  x²/(2λ) (0 < x ≤ λρ);  ρx − λρ²/2 (x > λρ)
         ∇f_λ(x) = min{[x]_+/λ, ρ}          f_λ ≤ ρ[x]_+ ≤ f_λ + λρ²/2
@@ -243,7 +252,7 @@ class SmoothedHinge(OuterFunction):
 class GapPenalty(OuterFunction):
     r"""``f(g) = p(|g_1 − g_2| − κ)`` on ``g ∈ R²``: a penalty ``p`` of the constraint ``|g_1 − g_2| ≤ κ``.
 
-    The ROC-fairness constraints (seed 004 §1.5(b)) are ``h = |g_1 − g_2| − κ ≤ 0`` where ``g_1, g_2`` are the mean
+    The ROC-fairness constraints (Chen et al., App. F.2) are ``h = |g_1 − g_2| − κ ≤ 0`` where ``g_1, g_2`` are the mean
     sigmoid scores of the two groups; with ``p = ρ[·]_+`` this is the paper's ``f(g) = ρ[|g_1 − g_2| − κ]_+``
     (convex, not monotone: case A2).
 
@@ -333,7 +342,7 @@ class CompositeObjective(FCCOObjective):
 
     Subclasses set :attr:`outer_fn` and implement :meth:`inner` (the ``g_i``) and, if there is one, :meth:`direct`
     (a plain mini-batch estimate of ``g_0``, differentiable; e.g. the objective of a constrained problem or the
-    CVaR threshold ``s``). The algorithms of seed 004 (:class:`~fccolit.algorithms.sonex.SONEX`,
+    CVaR threshold ``s``). The algorithms of Chen et al. (:class:`~fccolit.algorithms.sonex.SONEX`,
     :class:`~fccolit.algorithms.alexr2.ALEXR2`) then step on ``∇g_0 + mean_i ∇ĝ_i · ∇f_λ(u_i)``.
 
     ``forward(scores, batch)`` is :meth:`inner`, so ``torch.func.functional_call`` can evaluate the inner values at
@@ -342,9 +351,9 @@ class CompositeObjective(FCCOObjective):
     **A direct term that is itself an FCCO**, ``g_0(w) = (1/n_0) Σ_a f_0(g_{0,a}(w))`` (e.g. a global contrastive
     loss, whose log wraps a mean over the data): return it as an :class:`~fccolit.objectives.FCCOObjective` from
     :attr:`direct_objective` (held by composition, e.g. :class:`~fccolit.objectives.continual.GlobalContrastiveLoss`).
-    SONEX then tracks ``g_{0,a}`` with a per-index state of its own and the same step as the ``g_i`` (seed 004 F.3's
-    "modified SONEX"), stepping on ``mean_a ∇ĝ_{0,a} ∇f_0(u_{0,a})``; :meth:`direct` is then the plug-in mini-batch
-    value ``mean_a f_0(ĝ_{0,a})`` (what the algorithms without that state use).
+    SONEX then tracks ``g_{0,a}`` with a per-index state of its own and the same step as the ``g_i`` (Chen et al.'s
+    "modified SONEX", App. F.3), stepping on ``mean_a ∇ĝ_{0,a} ∇f_0(u_{0,a})``; :meth:`direct` is then the plug-in
+    mini-batch value ``mean_a f_0(ĝ_{0,a})`` (what the algorithms without that state use).
     """
 
     outer_fn: OuterFunction
@@ -392,7 +401,7 @@ class CompositeObjective(FCCOObjective):
         """Per-row weights ``(1/n) ∂p_λ(h_i)`` of the (smoothed) penalty at the inner values ``u`` ``[n, d']``.
 
         At the exact inner values ``u = g(ŵ)`` of a point ŵ these are the multipliers ``ν_i = (1/m) ∇f_λ(g_i(ŵ))``
-        of seed 004 Prop. 5.2 (constraints) or the CVaR group weights (GDRO); at an algorithm's tracked estimates
+        of Chen et al.'s Prop. 5.2 (constraints) or the CVaR group weights (GDRO); at an algorithm's tracked estimates
         they are only the weights its estimator used (see ``NonsmoothFCCOModule.penalty_weights``). ``[n]``."""
         return self.outer_fn.multiplier(u, lam) / u.shape[0]
 
