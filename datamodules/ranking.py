@@ -135,7 +135,8 @@ class RecommendationDataModule(RankingDataModule):
     Args:
         protocol: ``"paper"`` (leave-one-out by time, full-ranking evaluation) or ``"libauc"`` (last 5 test, 5
             before them validation, 1000 sampled unrated evaluation negatives).
-        num_test, num_val: ratings held out per user for testing / validation (None: the protocol's, 1/1 or 5/5).
+        num_test: ratings held out per user for testing (None: the protocol's, 1 or 5).
+        num_val: ratings held out per user for validation (None: the protocol's, 1 or 5).
         short_users: users with fewer than ``num_test + num_val + 1`` ratings: ``"partial"``, ``"drop"`` or
             ``"train"``.
         relevance: ``"graded"`` (y = rating) or ``"binary"`` (y = 1[rating ≥ relevance_threshold]).
@@ -149,8 +150,8 @@ class RecommendationDataModule(RankingDataModule):
         num_batches: training batches per epoch (None: one pass over the users with a relevant training item).
         top_k: K of ``ideal_dcg_at_k`` (K-SONG: 300 in the paper).
         seed: seeds the training stream.
-        num_workers, eval_batch_size: DataLoader workers; users per evaluation batch (full ranking scores
-            ``[eval_batch_size, num_items]`` at once).
+        num_workers: DataLoader workers.
+        eval_batch_size: users per evaluation batch (full ranking scores ``[eval_batch_size, num_items]`` at once).
         cache_dir: cache location (None: ``root/.fccolit-cache`` or ``~/.cache/fccolit``).
     """
 
