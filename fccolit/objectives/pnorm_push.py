@@ -1,4 +1,11 @@
-"""The p-norm push (Rudin 2009) as an FCCO problem, in the corrected form of seed 001 §1.5."""
+"""The p-norm push (Rudin 2009) as an FCCO problem, in the corrected form of Wang & Yang (ICML 2022), §4.2.
+
+References:
+    * Wang & Yang (ICML 2022): Bokun Wang and Tianbao Yang, "Finite-Sum Coupled Compositional Stochastic
+      Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396.
+    * Rudin 2009: Cynthia Rudin, "The P-Norm Push: A Simple Convex Ranking Algorithm that Concentrates at the Top
+      of the List", JMLR 10, 2009.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ class PNormPush(FCCOObjective):
 
     with ``i`` a negative, ``j`` a positive and ``ℓ = exp`` (Rudin 2009): ``g_i`` is the (surrogate) height of
     negative ``i`` among the positives, and the p-norm (p > 1) makes the negatives ranked highest dominate.
-    This is the "Rudin-correct" reading of the SOX paper (seed 001 §1.5, §6 item 1): the paper's text says
+    This is the "Rudin-correct" reading of the SOX paper (Wang & Yang, §4.2): the paper's text says
     D = S_+ and S_i = S_−, and its formula has ``ℓ(s_j − s_i)``, which would penalize positives ranked *above*
     negatives; its formula's outer sum over S_− and the authors' evaluation code agree with the form above.
 
