@@ -48,7 +48,8 @@ class ListMLP(SizedModel):
 
 
 class ContextAwareRanker(SizedModel):
-    """Context-aware list scorer (Pobrotyn et al. 2020, the LTR backbone of seed 000 §4.2): every entry's score
+    """Context-aware list scorer (Pobrotyn et al. 2020, the LTR backbone of Qiu et al., ICML 2022,
+    arXiv:2202.12183, §7.1): every entry's score
     depends on the whole list through self-attention over its real entries.
 
     ``features [B, L, F] → Linear(F, d) + ReLU → N × TransformerEncoderLayer(d, heads, d_ff, pre-norm) →

@@ -1,4 +1,12 @@
-"""NeuMF (He et al. 2017), the recommendation backbone of seed 000 (§4.3), sized from the data."""
+"""NeuMF (He et al. 2017), the recommendation backbone of Qiu et al. (ICML 2022, §7.2), sized from the data.
+
+References:
+    * Qiu et al. (ICML 2022): Zi-Hao Qiu, Quanqi Hu, Yongjian Zhong, Lijun Zhang and Tianbao Yang, "Large-scale
+      Stochastic Optimization of NDCG Surrogates for Deep Learning with Provable Convergence", ICML 2022,
+      arXiv:2202.12183.
+    * He et al. 2017: Xiangnan He, Lizi Liao, Hanwang Zhang, Liqiang Nie, Xia Hu and Tat-Seng Chua, "Neural
+      Collaborative Filtering", WWW 2017.
+"""
 
 from __future__ import annotations
 
@@ -119,7 +127,7 @@ class NeuMF(nn.Module):
         return torch.cat(out, dim=1)
 
     def last_layer(self) -> nn.Linear:
-        """The prediction layer (re-initialized after the warm-up, seed 000 §4.3)."""
+        """The prediction layer (re-initialized after the warm-up, Qiu et al. §7.2)."""
         self._check_built()
         return self.predict
 

@@ -10,9 +10,18 @@ binary objectives' scorer), ``[B, K]`` otherwise. The number of outputs may be l
 ``num_outputs`` is 1 for binary tasks, C for C classes and T for T tasks; an explicit value that disagrees with
 the data is an error naming both numbers.
 
-Where each model is used: ResNet-20 (CIFAR-10-LT in seed 003, the LibAUC CIFAR recipes), ResNet-18 (imbalanced
-binary CIFAR in seed 002), DenseNet-121 (CheXpert in seed 003, from scratch), CLIP (BDD100K continual learning in
-seed 004).
+Where each model is used: ResNet-20 (CIFAR-10-LT in Yao, Lin & Yang, NeurIPS 2022, §6.1; the LibAUC CIFAR
+recipes), ResNet-18 (imbalanced binary CIFAR in Wang et al., AISTATS 2022, §4.2), DenseNet-121 (CheXpert in Yao, Lin
+& Yang, §6.1, from scratch), CLIP (BDD100K continual learning in Chen et al., NeurIPS 2025, App. F.3).
+
+References:
+    * Yao, Lin & Yang (NeurIPS 2022): Yao Yao, Qihang Lin and Tianbao Yang, "Large-scale Optimization of Partial
+      AUC in a Range of False Positive Rates", NeurIPS 2022, arXiv:2203.01505.
+    * Wang et al. (AISTATS 2022): Guanghui Wang, Ming Yang, Lijun Zhang and Tianbao Yang, "Momentum Accelerates
+      the Convergence of Stochastic AUPRC Maximization", AISTATS 2022, arXiv:2107.01173.
+    * Chen et al. (NeurIPS 2025): Xingyu Chen, Bokun Wang, Ming Yang, Qihang Lin and Tianbao Yang, "Stochastic
+      Momentum Methods for Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025,
+      arXiv:2506.02504.
 """
 
 from __future__ import annotations
@@ -236,7 +245,7 @@ class TorchvisionBackbone(_OutputSized):
 
     Pre-trained weights come only from a local file (``weights_path``): e.g. ImageNet weights saved once with
     ``torch.save(torchvision.models.resnet18(weights="DEFAULT").state_dict(), path)`` on a machine with network,
-    or a cross-entropy pre-trained checkpoint of this module (seed 002's recipe: CE pre-training, then the last
+    or a cross-entropy pre-trained checkpoint of this module (Wang et al.'s recipe: CE pre-training, then the last
     layer re-initialized and trained with the AP method: ``load_head=False``, the default).
 
     Output ``[B]`` for one output, else ``[B, num_outputs]``.
@@ -312,7 +321,7 @@ class CLIPClassifier(_OutputSized):
 
     * ``"zero_shot"`` (default): one text prompt per class (e.g. ``"the weather is foggy."``, DevSafety's BDD100K
       templates); the logits are ``exp(logit_scale) · cos(E_I(x), E_T(prompt_c))``, ``[B, C]``, with both towers
-      trainable (seed 004 fine-tunes CLIP). With ``target`` set, the output is the binary logit of that class,
+      trainable (Chen et al. fine-tune CLIP). With ``target`` set, the output is the binary logit of that class,
       ``log p_target − log(1 − p_target)`` of the softmax over the prompts, ``[B]`` (sigmoid of it is p_target).
     * ``"linear"``: a linear head on the projected image embedding, ``[B]`` or ``[B, num_outputs]``.
 
@@ -337,7 +346,7 @@ class CLIPClassifier(_OutputSized):
             ``target``) and only checked against the data.
         logit_scale: a fixed multiplier of the cosine similarities in place of CLIP's learned
             ``exp(logit_scale)`` (which is then frozen): e.g. 1.0 outputs the cosines themselves, for objectives
-            that apply their own temperature (seed 004's continual learning, τ = 0.05). None: the learned one.
+            that apply their own temperature (Chen et al.'s continual learning, τ = 0.05). None: the learned one.
     """
 
     def __init__(
