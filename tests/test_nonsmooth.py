@@ -498,7 +498,7 @@ def test_alexr2_dual_step_equals_the_bregman_argmax(case):
     module.anchor.copy_from(params)
     with torch.no_grad():  # z_{k−1}: a different point, so the extrapolation term is not zero
         module.inner_previous.copy_from([p + 0.2 * torch.randn_like(p) for p in params])
-        module.inner_step.fill_(1)
+        module.loop["inner_step"] = 1
         g_now = module.objective.inner(module(batch), batch)
         g_old = module.inner_at(module.inner_previous, module.scores_at(module.inner_previous, batch, False), batch)
         u_k = g_now.value + 0.3 * torch.randn_like(g_now.value)  # a stale dual state

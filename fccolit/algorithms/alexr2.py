@@ -4,18 +4,20 @@ ALEXR2 minimizes the nested envelope ``F_{λ,ν}(w) = min_z F_λ(z) + ‖z − w
 ``(w − prox_{νF_λ}(w))/ν``. The inner loop is the primal-dual method ALEXR run for K steps from ``z_0 = w_t`` to
 approximate the prox point; the outer loop is a momentum / Adam-type step on ``G_t = (w_t − z_K)/ν``.
 
-Lightning runs one batch per step, so the double loop is a state machine: **every batch is one inner step** and
-every K-th batch also takes the outer step. The state (all buffers, so a checkpoint written anywhere in the loop
-resumes exactly): the anchor ``w_t`` (``anchor``), the previous inner iterate ``z_{k−1}`` (``inner_previous``),
-the inner-step counter ``k`` (``inner_step``) and the trackers ``u`` (``state``). The live parameters of the model
-hold the inner iterate ``z_k``; evaluation uses the anchor ``w_t`` (``eval_params="anchor"``, the algorithm's
-output) unless told otherwise.
+Lightning runs one batch per step, so the double loop is a state machine
+(:class:`~fccolit.algorithms.double_loop.DoubleLoop`): **every batch is one inner step** and every K-th batch also
+takes the outer step. The state (all in the state dict, so a checkpoint written anywhere in the loop resumes
+exactly): the anchor ``w_t`` (``anchor``), the previous inner iterate ``z_{k−1}`` (``inner_previous``), the loop
+position ``(t, k)`` (``outer_step``, ``inner_step``: 0-dim int64 entries) and the trackers ``u`` (``state``). The
+live parameters of the model hold the inner iterate ``z_k``; evaluation uses the anchor ``w_t``
+(``eval_params="anchor"``, the algorithm's output) unless told otherwise.
 
 Inner step k (the dual step in its primal, MSVR form: seed 004 §2.2, verified equal to the Bregman argmax)::
 
     u_i ← (1 − γ̂) u_i + γ̂ ĝ_i(z_k; B) + γ̂θ (ĝ_i(z_k; B) − ĝ_i(z_{k−1}; B))      γ̂ = γ/(1 + γ); y_i = ∇f_λ(u_i)
     G_k = ∇ĝ_0(z_k; B̃) + mean_{i∈B_1} ∇ĝ_i(z_k; B̃) y_i                       (B̃ independent of B)
     z_{k+1} = (η w_t + ν z_k − η ν G_k)/(η + ν)     = argmin ⟨G_k, z⟩ + ‖z − w_t‖²/(2ν) + ‖z − z_k‖²/(2η)
+                                                    (the shared ProximalStep of fccolit.algorithms.double_loop)
 
 Outer step, after K inner steps: ``G_t = (w_t − z_K)/ν`` (step 13 printed ``(β/ν)(w_t − z_K)``: the proof has no
 β, erratum 2), then the optimizer (Momentum: ``v ← (1 − β)v + βG_t, w ← w − αv``; or AdaptiveMomentum), then
@@ -24,65 +26,21 @@ Outer step, after K inner steps: ``G_t = (w_t − z_K)/ν`` (step 13 printed ``(
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
 from torch.func import functional_call
 
-from fccolit.algorithms.sonex import NonsmoothFCCOModule, ParameterSnapshot
+from fccolit.algorithms.double_loop import DoubleLoop, ParameterSnapshot
+from fccolit.algorithms.sonex import NonsmoothFCCOModule
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.state import StateUpdate
 
-__all__ = ["ALEXR2", "InnerProximalStep"]
+__all__ = ["ALEXR2"]
 
 
-class InnerProximalStep(torch.optim.Optimizer):
-    r"""ALEXR's proximal primal step as an optimizer: ``z ← (η w + ν z − η ν G)/(η + ν)`` with ``G = z.grad``.
-
-    It is ``argmin_z ⟨G, z⟩ + ‖z − w‖²/(2ν) + ‖z − z_k‖²/(2η)`` in closed form (seed 004 §2.2.5). The anchors ``w``
-    come from ``anchors()`` at every step (one tensor per parameter, same order), so they may be buffers that the
-    module moves or re-creates. A parameter without gradient is pulled towards its anchor only.
-
-    Args:
-        params: the inner iterate z (the live parameters).
-        anchors: returns the anchor tensors w_t.
-        lr: η > 0, the inner step size (``lr`` so that schedulers can drive it).
-        nu: ν > 0, the outer Moreau parameter.
-    """
-
-    def __init__(self, params: Iterable[nn.Parameter], anchors: Callable[[], list[torch.Tensor]], lr: float, nu: float):
-        if not float(lr) > 0.0:
-            raise ValueError(f"the inner step size η (inner_lr) must be > 0, got {lr}")
-        if not float(nu) > 0.0:
-            raise ValueError(f"the Moreau parameter ν (nu) must be > 0, got {nu}")
-        super().__init__(params, dict(lr=float(lr), nu=float(nu)))
-        self._anchors = anchors
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        params = [p for group in self.param_groups for p in group["params"]]
-        anchors = self._anchors()
-        if len(anchors) != len(params):
-            raise RuntimeError(f"InnerProximalStep: {len(anchors)} anchors for {len(params)} parameters")
-        i = 0
-        for group in self.param_groups:
-            eta, nu = float(group["lr"]), float(group["nu"])
-            for p in group["params"]:
-                w = anchors[i]
-                i += 1
-                p.mul_(nu).add_(w, alpha=eta)
-                if p.grad is not None:
-                    p.add_(p.grad, alpha=-eta * nu)
-                p.div_(eta + nu)
-        return loss
-
-
-class ALEXR2(NonsmoothFCCOModule):
+class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
     r"""ALEXR2 (seed 004, Algorithm 2) with the constrained variant (eq. (39)); see the module docstring.
 
     Args:
@@ -110,6 +68,9 @@ class ALEXR2(NonsmoothFCCOModule):
     outer step calls the wrapped optimizer directly. (So 16-bit mixed precision with a gradient scaler is not
     supported; use 32, 64 or bf16.)
     """
+
+    loop_keys = ("outer_step", "inner_step")
+    loop_layout = "tensors"  # a state dict of tensors only, as ALEXR2's checkpoints have always been
 
     def __init__(
         self,
@@ -143,6 +104,7 @@ class ALEXR2(NonsmoothFCCOModule):
         self.nu, self.inner_lr, self.inner_steps = float(nu), float(inner_lr), int(inner_steps)
         self.ema_weight, self.extrapolation = float(ema_weight), float(extrapolation)
         self.independent_batches, self.eval_params = bool(independent_batches), eval_params
+        self.init_loop()
         super().__init__(
             model, objective, lam=lam, constraints_per_step=constraints_per_step, sample_seed=sample_seed,
             outer_normalization=outer_normalization, **kwargs
@@ -157,21 +119,38 @@ class ALEXR2(NonsmoothFCCOModule):
         super().configure_state()
         self.anchor = self.snapshot()  # w_t
         self.inner_previous = self.snapshot()  # z_{k−1}
-        self.register_buffer("inner_step", torch.zeros((), dtype=torch.long))  # k
 
     def configure_optimizers(self) -> Any:
-        params = [p for _, p in self.trainable()]
-        if not params:
-            raise ValueError(f"{type(self).__name__}: the model has no trainable parameters")
-        inner = InnerProximalStep(params, self.anchor.tensors, lr=self.inner_lr, nu=self.nu)
+        inner = self.proximal_step(self.inner_lr, self.nu)  # the z step, towards the anchor w_t
+        params = self.loop_parameters()
         outer = self.optimizer_factory(params) if self.optimizer_factory else self.default_optimizer(params)
         if self.scheduler_factory is None:
             return [inner, outer]
         return [inner, outer], [{"scheduler": self.scheduler_factory(outer)}]
 
+    # ------------------------------------------------------------------ the double loop (DoubleLoop)
+    def loop_parameters(self) -> list[nn.Parameter]:
+        return [p for _, p in self.trainable()]
+
+    def anchor_tensors(self) -> list[torch.Tensor]:
+        return self.anchor.tensors()
+
+    def anchor_is_set(self) -> bool:
+        return bool(self.anchor.ready)
+
+    @torch.no_grad()
+    def set_anchor_(self) -> None:
+        """w_t := the live parameters, and z_{−1} = z_0 = w_t."""
+        params = self.loop_parameters()
+        self.anchor.copy_from(params)
+        self.inner_previous.copy_from(params)
+
+    def inner_steps_at(self, outer: int) -> int:
+        return self.inner_steps  # K, every outer step
+
     # ------------------------------------------------------------------ evaluation at the anchor
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        if self.training or self.eval_params == "inner" or not bool(self.anchor.ready):
+        if self.training or self.eval_params == "inner" or not self.anchor_is_set():
             return self.model(batch[self.input_key])
         params = self.anchor.as_dict("model.")
         return functional_call(self.model, params, (batch[self.input_key],), strict=False)
@@ -196,7 +175,7 @@ class ALEXR2(NonsmoothFCCOModule):
 
     def previous_iterate(self) -> ParameterSnapshot | None:
         """z_{k−1} for the MSVR correction (none at k = 0, where z_{−1} = z_0, or without extrapolation)."""
-        return self.inner_previous if self.extrapolation != 0.0 and int(self.inner_step) > 0 else None
+        return self.inner_previous if self.extrapolation != 0.0 and self.loop["inner_step"] > 0 else None
 
     @property
     def correction_weight(self) -> float:
@@ -214,10 +193,8 @@ class ALEXR2(NonsmoothFCCOModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         inner_opt, outer_opt = self.optimizers()
-        params = [p for _, p in self.trainable()]
-        if not bool(self.anchor.ready):  # z_{0} = z_{−1} = w_0
-            self.anchor.copy_from(params)
-            self.inner_previous.copy_from(params)
+        params = self.loop_parameters()
+        self.ensure_anchor()  # z_0 = z_{−1} = w_0 at the first step
         value_batch, grad_batch = self.split_batch(batch)
         values, record = self.dual_update(value_batch)
 
@@ -243,15 +220,15 @@ class ALEXR2(NonsmoothFCCOModule):
             )
         self.inner_previous.copy_from(params)  # z_k becomes z_{k−1}
         inner_opt.step()  # z_{k+1}; the counted step: global_step = batches
-        self.inner_step += 1
         self.steps_done += 1
-        if int(self.inner_step) >= self.inner_steps:
+        if self.end_inner_step():
             self.outer_step(outer_opt.optimizer, params)
         self.log_objective_estimate(estimate)
 
     @torch.no_grad()
     def outer_step(self, optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> None:
-        """``G_t = (w_t − z_K)/ν`` into ``.grad``, the parameters back to ``w_t``, the optimizer's step, new anchor."""
+        """``G_t = (w_t − z_K)/ν`` into ``.grad``, the parameters back to ``w_t``, the optimizer's step, new anchor
+        ``w_{t+1}`` (and ``z_0 = z_{−1} = w_{t+1}``)."""
         for p, w in zip(params, self.anchor.tensors(), strict=True):
             p.grad = (w - p) / self.nu
         self.check_finite_step(optimizer)  # before the parameters go back to w_t: a failed step changes nothing
@@ -259,9 +236,7 @@ class ALEXR2(NonsmoothFCCOModule):
             p.copy_(w)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        self.anchor.copy_from(params)
-        self.inner_previous.copy_from(params)
-        self.inner_step.zero_()
+        self.end_outer_step()
         scheduler = self.lr_schedulers()
         if scheduler is not None and self.scheduler_interval == "step":
             scheduler.step()
