@@ -12,9 +12,15 @@ decay counters stay identical under DDP.
 Schedules:
 
 * :class:`InverseSqrtSchedule`: ``η_t = η/√t`` and ``β_t = min(1, β/√t)``, ``γ_t = min(1, γ/√t)``: the
-  "O(1/√t)" decrease of seed 002's linear experiments (§4.1: "we decrease η and β0 = β1 on the order of
-  O(1/√t)"; the constants and the clipping at 1 are an assumption, seed-002 note §2.6).
-* :class:`fccolit.callbacks.sox_boost.SOXBoost`: SOX-boost's stages (seed 001, Algorithm 2).
+  "O(1/√t)" decrease of Wang et al.'s linear experiments (§4.1: "we decrease η and β0 = β1 on the order of
+  O(1/√t)"; the constants and the clipping at 1 are an assumption: the paper gives only the order).
+* :class:`fccolit.callbacks.sox_boost.SOXBoost`: SOX-boost's stages (Wang & Yang, ICML 2022, Algorithm 2).
+
+References:
+    * Wang et al. (AISTATS 2022): Guanghui Wang, Ming Yang, Lijun Zhang and Tianbao Yang, "Momentum Accelerates
+      the Convergence of Stochastic AUPRC Maximization", AISTATS 2022, arXiv:2107.01173.
+    * Wang & Yang (ICML 2022): Bokun Wang and Tianbao Yang, "Finite-Sum Coupled Compositional Stochastic
+      Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396.
 """
 
 from __future__ import annotations
@@ -133,11 +139,11 @@ class HyperParameterSchedule(Callback):
 class InverseSqrtSchedule(HyperParameterSchedule):
     r"""``η_t = η/√t``, ``β_t = min(1, β/√t)``, ``γ_t = min(1, γ/√t)`` for ``t = 1, 2, ...`` (global step + 1).
 
-    Seed 002's linear experiments (MOAP-V2 and ADAP) "decrease η and β0 = β1 on the order of O(1/√t)"; the exact
-    form above is an assumption (seed-002 note §2.6). β0 is the state's weight (the module's ``ema_weight``) and β1
-    the momentum's (the optimizer's ``momentum_weight``); the paper ties them, so with ``tie_weights=True`` (the
-    default) training refuses to start unless both start equal. ADAP's β' (``second_moment_weight``) stays
-    constant, as in the paper.
+    Wang et al.'s linear experiments (AISTATS 2022, §4.1; MOAP-V2 and ADAP) "decrease η and β0 = β1 on the order of
+    O(1/√t)"; the exact form above is an assumption (the paper gives only the order). β0 is the state's weight (the
+    module's ``ema_weight``) and β1 the momentum's (the optimizer's ``momentum_weight``); the paper ties them, so
+    with ``tie_weights=True`` (the default) training refuses to start unless both start equal. ADAP's β'
+    (``second_moment_weight``) stays constant, as in the paper.
 
     Args:
         lr, momentum_weight, ema_weight: which numbers to decrease (see :class:`HyperParameterSchedule`).
@@ -171,7 +177,8 @@ class InverseSqrtSchedule(HyperParameterSchedule):
         betas1 = {b for groups in initial["momentum_weight"] for b in groups}
         if betas1 != {beta0}:
             raise ValueError(
-                f"InverseSqrtSchedule(tie_weights=True) decreases β0 = β1 together (seed 002 §4.1), but the module's "
+                f"InverseSqrtSchedule(tie_weights=True) decreases β0 = β1 together (Wang et al., AISTATS 2022, §4.1), "
+                f"but the module's "
                 f"ema_weight (β0) is {beta0} and the optimizer's momentum_weight (β1) is "
                 f"{sorted(betas1)[0] if len(betas1) == 1 else sorted(betas1)}: set them equal, or pass "
                 "tie_weights=False"

@@ -1,4 +1,5 @@
-r"""SOX-boost (seed 001, Algorithm 2): SOX run in stages, each with half the step sizes and twice the length.
+r"""SOX-boost (Wang & Yang, ICML 2022, Algorithm 2): SOX run in stages, each with half the step sizes and twice
+the length.
 
 ::
 
@@ -13,6 +14,10 @@ iterate (the proof's random iterate of the stage is replaced by the last one, as
 
 Nothing is reset between stages: the per-index state ``u`` and the optimizer's momentum ``v`` carry over, so the
 callback works with any SOX-family module (SOX, MOAP, MOAP-V2, ADAP, ...) and any :mod:`fccolit.optim` optimizer.
+
+References:
+    * Wang & Yang (ICML 2022): Bokun Wang and Tianbao Yang, "Finite-Sum Coupled Compositional Stochastic
+      Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396.
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""Switch K-SONG between its theoretical and practical estimators during training (seed 000 §3.2)."""
+"""Switch K-SONG between its theoretical and practical estimators during training (Qiu et al., ICML 2022, §6 and
+App. C: the stop-gradient operator).
+
+References:
+    * Qiu et al. (ICML 2022): Zi-Hao Qiu, Quanqi Hu, Yongjian Zhong, Lijun Zhang and Tianbao Yang, "Large-scale
+      Stochastic Optimization of NDCG Surrogates for Deep Learning with Provable Convergence", ICML 2022,
+      arXiv:2202.12183.
+"""
 
 from __future__ import annotations
 

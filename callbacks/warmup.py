@@ -1,4 +1,5 @@
-"""Initial warm-up (seed 000 §3.1): train with a well-behaved objective first, then switch to the target.
+"""Initial warm-up (Qiu et al., ICML 2022, §6 and App. B): train with a well-behaved objective first, then switch to
+the target.
 
 The paper's protocol: pre-train with listwise cross-entropy (SOLC) for some epochs, randomly re-initialize the
 last layer, then train with the target method (SONG, K-SONG or a baseline), with its own learning rate and
@@ -19,6 +20,11 @@ schedule. :class:`WarmUp` does that inside one ``fit``:
 
 Checkpoints written during the warm-up hold the warm-up algorithm's state (in this callback's state) and resume
 exactly; checkpoints written after the switch resume in the target phase.
+
+References:
+    * Qiu et al. (ICML 2022): Zi-Hao Qiu, Quanqi Hu, Yongjian Zhong, Lijun Zhang and Tianbao Yang, "Large-scale
+      Stochastic Optimization of NDCG Surrogates for Deep Learning with Provable Convergence", ICML 2022,
+      arXiv:2202.12183.
 """
 
 from __future__ import annotations
@@ -79,15 +85,15 @@ class WarmUp(Callback):
     """Warm up with another algorithm for ``epochs`` epochs, then switch to the module's own (module docstring).
 
     Args:
-        epochs: length of the warm-up phase (seed 000: 20 epochs for recommendation; "100 epochs" for learning to
-            rank, ambiguous in the paper).
+        epochs: length of the warm-up phase (Qiu et al.: 20 epochs for recommendation, §7.2; "100 epochs" for
+            learning to rank, ambiguous in the paper).
         algorithm: class path of the warm-up algorithm, an :class:`~fccolit.algorithms.base.FCCOModule` whose
             FCCO step is taken (:meth:`~fccolit.algorithms.base.FCCOModule.delegate_step`; default SOLC).
         algorithm_args: its constructor arguments besides ``model`` and ``data_sizes`` (which are the module's);
             nested ``{"class_path", "init_args"}`` dicts are instantiated (e.g. another objective). Default: the
             algorithm's defaults (SOLC: γ0 = 0.1, fresh u) with the module's ``state_dtype``.
         optimizer_overrides: optimizer hyper-parameters during the warm-up, set on every param group, e.g.
-            ``{"lr": 0.001}`` (seed 000's recommendation warm-up rate against 4e-4 for fine-tuning).
+            ``{"lr": 0.001}`` (Qiu et al.'s recommendation warm-up rate, §7.2, against 4e-4 for fine-tuning).
         reinit_last_layer: re-initialize the model's last layer at the switch (the paper does).
         reset_state: reset every :class:`~fccolit.state.IndexedState` of the module at the switch.
         reset_optimizer: rebuild the optimizer and schedulers at the switch (the paper's separate second run).
