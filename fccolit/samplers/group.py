@@ -1,4 +1,6 @@
-"""Group batches for group DRO: B1 groups per batch, B2 samples of each (seed 004 Appendix F.1).
+"""Group batches for group DRO: B1 groups per batch, B2 samples of each (Chen et al., "Stochastic Momentum Methods
+for Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025, arXiv:2506.02504,
+Appendix F.1).
 
 One group for all the data gives plain shuffled batches (each sample once per pass), so the same sampler serves
 the ROC-fairness DataModule. :class:`StratifiedBatchSampler` draws shuffled batches stratified by a cell label

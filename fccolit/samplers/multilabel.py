@@ -16,8 +16,8 @@ Labels are ``1`` (positive), ``0`` (negative) or anything else (``-1``: unlabele
 uncertain CheXpert finding under the U-Ignore policy); unlabeled (task, sample) pairs are never drawn.
 
 This follows the classification mode of LibAUC's ``TriSampler`` (``num_sampled_tasks`` tasks × ``num_pos`` +
-``num_neg`` samples; anchor-libauc.md §1.4), made rank-aware and resumable on
-:class:`~fccolit.samplers.RankAwareBatchSampler` and without its global-RNG side effects.
+``num_neg`` samples; ``libauc/sampler/sampler.py`` in https://github.com/Optimization-AI/LibAUC), made rank-aware
+and resumable on :class:`~fccolit.samplers.RankAwareBatchSampler` and without its global-RNG side effects.
 """
 
 from __future__ import annotations
