@@ -1,4 +1,5 @@
-"""The bias floor of BSGD on p-norm push, and the batch split of SOX (issue 5's "Measure"; seed 001 §5.2–5.3).
+"""The bias floor of BSGD on p-norm push, and the batch split of SOX (issue 5's "Measure"; the BSGD comparison of
+Wang & Yang, ICML 2022, §4.2, and its batch-split question Q1, §4.1).
 
     python benchmarks/bias_floor.py [--quick] [--root ../shared/data/libsvm-a9a] [--seeds 0 1 2] [--no-write]
 
@@ -18,9 +19,10 @@ plain loop; the estimator is ``mean_i ∇f(u_i)·∇ĝ_i`` with ĝ_i over the ba
 * SOX: the same u update, the previous u^{t−1} in ∇f (Algorithm 1), momentum β = 0.1.
 
 Batches: :class:`fccolit.samplers.DualSampler` with B1 negatives (outer) and B2 positives (inner) per step.
-Step size: η for the first half, 0.1η to 75%, 0.01η after (seed 001 §3.4; the factor 0.1 is the note's
-assumption). The same η for every method (larger ones diverge: BSGD at η = 0.01 from w = 0, SOX at η = 0.003
-with B1 = 2; p = 4 with exp makes the stochastic gradients heavy-tailed).
+Step size: η for the first half, 0.1η to 75%, 0.01η after (Wang & Yang decay the learning rate at 50% and 75%,
+§4.1; the factor 0.1 is an assumption, the paper does not state it). The same η for every method (larger ones
+diverge: BSGD at η = 0.01 from w = 0, SOX at η = 0.003 with B1 = 2; p = 4 with exp makes the stochastic gradients
+heavy-tailed).
 
 Reference points, by full-batch L-BFGS in float64: F*_λ, and BSGD's limit. BSGD's expected step is the
 gradient of ``(1/n) Σ_i E[ĝ_i^4]``; with ℓ = exp the inner estimate factorizes (ĝ_i = exp(s_i)·m̂ with m̂ the
@@ -275,7 +277,7 @@ def render(args, problem, settings, split_steps, check, seeds, f_star, w_star, f
     cmd = "python benchmarks/bias_floor.py" + (" --quick" if args.quick else "")
     sizes = problem.sizes
     lines = [
-        "## Bias floor of BSGD and the batch split of SOX: p-norm push on a9a (seed 001 §5.2 E1, E3)",
+        "## Bias floor of BSGD and the batch split of SOX: p-norm push on a9a (Wang & Yang, ICML 2022, §4.1–4.2)",
         "",
         f"Command: `{cmd}`; seeds {', '.join(map(str, seeds))}; {total / 60:.1f} min wall-clock on "
         f"{os.cpu_count()} CPU cores ({platform.machine()}, torch {torch.__version__}, {args.workers} worker "

@@ -118,8 +118,8 @@ def cases(quick: bool, work: Path, hidden: list[int] | None = None):
 
 def deep_cases() -> dict[str, tuple]:
     """The papers' deep model for image data, as :func:`cases`: ResNet-20 on 3 × 32 × 32 inputs (CIFAR-10-LT), batches
-    of 32 positives + 32 others (seed 003's deep pAUC runs: batch 32 per sampler). A step takes a quarter of a second
-    on one CPU thread, so these rows run on fewer batches (:func:`deep_steps`)."""
+    of 32 positives + 32 others (the deep pAUC runs of Yao, Lin & Yang, NeurIPS 2022: batch 32 per sampler). A step
+    takes a quarter of a second on one CPU thread, so these rows run on fewer batches (:func:`deep_steps`)."""
     images = lambda: SyntheticBinaryDataModule(num_samples=4_000, num_features=3 * 32 * 32,  # noqa: E731
                                                pos_fraction=0.05, batch_size=64, num_positives=32, seed=0)
     resnet = lambda: nn.Sequential(nn.Unflatten(1, (3, 32, 32)), ResNet20(num_outputs=1))  # noqa: E731
@@ -225,9 +225,10 @@ def report(single: dict, ddp: dict | None, command: str, steps: int, threads: in
         "to a capacity every rank knows) or, for objectives of the global batch (AP, pAUC), the all-gather of scores "
         "and fields, whose backward needs no communication. The isolated collective costs 0.2–0.4 ms here; the rest "
         "is waiting.",
-        "* The ResNet-20 rows are the papers' deep setting for image data (CIFAR-10-LT: seed 002's AP and seed 003's "
-        "pAUC experiments, batches of 32 + 32): there the fixed cost of the estimator and PAUCRange's passes over the "
-        "0.27 M parameters are small next to the convolutions.",
+        "* The ResNet-20 rows are the papers' deep setting for image data (CIFAR-10-LT: the AP experiments of "
+        "Wang et al., AISTATS 2022 and the pAUC experiments of Yao, Lin & Yang, NeurIPS 2022, batches of 32 + 32): "
+        "there the fixed cost of the estimator and PAUCRange's passes over the 0.27 M parameters are small next to "
+        "the convolutions.",
         "* How the ratio depends on the model: `python benchmarks/step_overhead.py` sweeps the MLP width (128 … 2048) "
         "for ADAP, PAUCRange, SONEX and SOX, with a plot: the extra of ADAP / SOX / SONEX without MSVR is roughly "
         "fixed (about 1 ms of small tensor operations on this CPU), so their ratio falls under 1.05 as the plain step "

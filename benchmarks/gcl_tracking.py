@@ -1,6 +1,6 @@
-"""Why SONEX tracks the global contrastive loss (seed 004 F.3's "modified SONEX"): the bias of the contrastive
-term's gradient estimator at fixed parameters, mini-batch plug-in versus tracked inner means, against the contrast
-set size.
+"""Why SONEX tracks the global contrastive loss (the "modified SONEX" of Chen et al., NeurIPS 2025, App. F.3): the
+bias of the contrastive term's gradient estimator at fixed parameters, mini-batch plug-in versus tracked inner means,
+against the contrast set size.
 
     python benchmarks/gcl_tracking.py [--quick]
 
@@ -140,7 +140,8 @@ def main() -> None:
     minutes = (time.perf_counter() - start) / 60
     command = "python benchmarks/gcl_tracking.py" + (" --quick" if args.quick else "")
     lines = [
-        "## Global contrastive loss: plug-in versus tracked inner means (seed 004 F.3's modified SONEX)",
+        "## Global contrastive loss: plug-in versus tracked inner means (the modified SONEX of Chen et al., NeurIPS "
+        "2025, App. F.3)",
         "",
         f"Command: `{command}`. Machine: {machine()}. {minutes:.1f} min.",
         "",

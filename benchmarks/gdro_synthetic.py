@@ -1,4 +1,5 @@
-"""Group DRO with the CVaR divergence on generated grouped data: SONEX versus SONX objective curves (seed 004 F.1).
+"""Group DRO with the CVaR divergence on generated grouped data: SONEX versus SONX objective curves (Chen et al.,
+NeurIPS 2025, App. F.1).
 
     python benchmarks/gdro_synthetic.py [--quick] [--epochs E] [--seeds S]
 
@@ -185,7 +186,7 @@ def main() -> None:
 
     sizes = make_data(seeds[0]).sizes
     lines = [
-        "## Group DRO (CVaR) on generated grouped data: SONEX versus SONX (seed 004 F.1)",
+        "## Group DRO (CVaR) on generated grouped data: SONEX versus SONX (Chen et al., NeurIPS 2025, App. F.1)",
         "",
         f"Command: `python benchmarks/gdro_synthetic.py{' --quick' if args.quick else ''}`"
         f"{'' if args.epochs is None else f' --epochs {args.epochs}'}{'' if args.seeds is None else f' --seeds {args.seeds}'}. "

@@ -119,7 +119,7 @@ class NeuMF(nn.Module):
 
 
 def song_step(model, state, optimizer, batch, num_positives: int, gamma: float = 0.1) -> None:
-    """One SONG step (seed 000 Alg. 1, squared hinge c = 1, γ0 = 0.1) as a timing reference."""
+    """One SONG step (Qiu et al., ICML 2022, Alg. 1, squared hinge c = 1, γ0 = 0.1) as a timing reference."""
     scores = model(batch["query"], batch["items"])  # [B, L]
     mask = batch["mask"]
     pos = scores[:, :num_positives]
