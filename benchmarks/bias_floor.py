@@ -32,7 +32,7 @@ B2/|S_+|). Its minimizer w_B is where BSGD goes as η → 0, and ``F_λ(w_B) −
 
 E1 (bias floor), B1 = B2, the final full training F_λ, mean ± std over seeds, from two starts:
 
-* w₀ = 0, as the note specifies. Within this budget no method converges (the problem is ill-conditioned: the
+* w₀ = 0, the plain start. Within this budget no method converges (the problem is ill-conditioned: the
   Hessian of F_λ at w* has eigenvalues from λ, for rare features and the exact score-shift directions of a9a's
   one-hot groups, to 3.2, and η is capped by the heavy tails), so the optimization error, not the bias, decides
   the ranking; reported as it comes out.
@@ -214,7 +214,7 @@ def main() -> None:
     torch.set_num_threads(1)
     quick = args.quick
     seeds = args.seeds[:1] if quick else args.seeds
-    # (name, start, step size η, steps): the first is the note's E1 as specified; the second starts every method
+    # (name, start, step size η, steps): the first is E1 from w₀ = 0; the second starts every method
     # at BSGD's limit w_B, where only the estimator's bias can move F (see the module docstring)
     settings = [
         ("w₀ = 0", "zero", 0.003, 2000 if quick else 12000),

@@ -7,7 +7,7 @@ The paper's tables are on covtype and ijcnn1, which are not in ../shared/data (t
 are not comparable, so the table compares the *claims*, which are orderings: "SOX consistently beats BSGD and MOAP
 in test loss, beats SOAP on covtype and ties it on ijcnn1" (Table 4), and "γ = 1 is not best" (Figure 5(b)).
 
-Protocol (the paper's §4.2 and the authors' scripts as the SOX note reports them; [open] where neither says):
+Protocol (the paper's §4.2 and the SOX authors' public p-norm push scripts; [open] where neither says):
 
 * data: a9a (training file) and a9a.t (test file), min-max scaled features; as the authors' scripts do, the label −1
   (the larger class, 24,720 rows) is the inner set S_+ and +1 (7,841 rows) the outer set S_− with one state row each

@@ -261,7 +261,7 @@ class GapPenalty(OuterFunction):
     ``(z − ζ)²/2``)::
 
         prox_{λf}(g) = g − ((z − ζ*)/2)·(1, −1),     ζ* = prox_{2λ q}(z) = z (|z| ≤ κ), sign(z)(κ + prox_{2λp}(|z| − κ))
-        f_λ(g)       = p_{2λ}(|z| − κ)               (the note's h_{2λ}(z) for the hinge)
+        f_λ(g)       = p_{2λ}(|z| − κ)               (for the hinge: its Huber form with 2λ, at |z| − κ)
         ∇f_λ(g)      = (1, −1) · sign(z) · ∇p_{2λ}(|z| − κ)
 
     So smoothing ``f`` in g-space with λ is smoothing the scalar penalty of ``h`` with 2λ.
