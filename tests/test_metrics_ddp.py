@@ -106,12 +106,15 @@ def _values(metrics):
     return out
 
 
-def _worker(rank: int, port: int, outdir: str) -> None:
+def _worker(rank: int, port: int, outdir: str, job=None) -> None:
+    """Feeds this rank's shards to the metrics and writes their values (``job(rank, outdir)``: something else)."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60))
     try:
+        if job is not None:
+            return job(rank, outdir)
         # unequal shards: rank 0 gets fewer queries/users and only negatives of the binary data
         # (and no multi-class batch at all)
         cuts = {"q": 7, "n": 120, "u": 4, "m": 15, "c": 0}
@@ -152,20 +155,13 @@ def test_metrics_exact_under_ddp_with_unequal_shards(tmp_path):
             assert got[name] == pytest.approx(value, abs=1e-12), (rank, name)
 
 
-def _group_worker(rank: int, port: int, outdir: str) -> None:
+def _group_job(rank: int, outdir: str) -> None:
     """Both ranks feed binary batches, only rank 1 feeds ranking lists, no rank feeds full-ranking batches."""
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60))
-    try:
-        group = _group()
-        for batch in _group_batches(rank):
-            group.update_from_batch(*batch)
-        values = {name: float(v) for name, v in group.named_values().items()}
-        Path(outdir, f"group{rank}.json").write_text(json.dumps(values))
-    finally:
-        dist.destroy_process_group()
+    group = _group()
+    for batch in _group_batches(rank):
+        group.update_from_batch(*batch)
+    values = {name: float(v) for name, v in group.named_values().items()}
+    Path(outdir, f"group{rank}.json").write_text(json.dumps(values))
 
 
 def _group():
@@ -184,7 +180,7 @@ def _group_batches(rank):
 def test_evaluation_metrics_log_what_some_rank_fed(tmp_path):
     """EvaluationMetrics.named_values on every rank: the metrics fed on any rank (NDCG only on rank 1), with their
     global values; the full-ranking metric, fed nowhere, is not logged (every rank takes the same path)."""
-    mp.spawn(_group_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(_free_port(), str(tmp_path), _group_job), nprocs=WORLD, join=True)
     reference = _group()
     for batch in _group_batches(0) + _group_batches(1):
         reference.update_from_batch(*batch)
