@@ -29,7 +29,7 @@ Provable Convergence", ICML 2022, arXiv:2202.12183 (SONG, K-SONG, SOLC); Wang & 
 Compositional Stochastic Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396 (SOX); Wang, Yang,
 Zhang, Yang, "Momentum Accelerates the Convergence of Stochastic AUPRC Maximization", AISTATS 2022, arXiv:2107.01173
 (SOAP, MOAP, ADAP); Yao, Lin, Yang, "Large-scale Optimization of Partial AUC in a Range of False Positive Rates",
-NeurIPS 2022, arXiv:2203.01505 (AGD-SBCD, SoRR); Chen, Wang, Yang, Hu, Lin, Yang, "Stochastic Momentum Methods for
+NeurIPS 2022, arXiv:2203.01505 (AGD-SBCD, SoRR); Chen, Wang, Yang, Lin, Yang, "Stochastic Momentum Methods for
 Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025, arXiv:2506.02504 (SONEX,
 ALEXR2).
 """
