@@ -1,4 +1,4 @@
-"""AUPRC methods of seed 002 (issue 6): SOAP (SGD / Adam), MOAP-V1, MOAP-V2, ADAP.
+"""AUPRC methods of Wang et al., AISTATS 2022 (issue 6): SOAP (SGD / Adam), MOAP-V1, MOAP-V2, ADAP.
 
 The modules are compared step by step with an independent, eager float64 implementation of the paper's
 algorithms (every row of U decayed every step, hand-written momentum / eq. (13) second moments), so the lazy
@@ -84,7 +84,7 @@ def fit(module, batches, callbacks=()):
 # ---------------------------------------------------------------------------------------------- the reference
 def omega(n, m, margin=MARGIN):
     """Ω on the mean scale for sigmoid scores and the squared hinge (C = γ², M = (1 + γ)²) with the batch-mean
-    inner estimate: seed 002's box ``u1 ≤ M m/n, C/n ≤ u2 ≤ M``, except that a dual batch may hold more than the
+    inner estimate: Wang et al.'s box ``u1 ≤ M m/n, C/n ≤ u2 ≤ M``, except that a dual batch may hold more than the
     share m/n of positives, so ``u1 ≤ M`` (AveragePrecision's docstring)."""
     c, big_m = margin**2, (1 + margin) ** 2
     lower = torch.tensor([-math.inf, c / n], dtype=torch.float64)
@@ -327,7 +327,7 @@ def test_moapv1_with_beta1_1_is_soap(project):
 
 
 def test_moapv1_with_full_batches_and_weights_1_is_gradient_descent_on_F():
-    """Seed-002 note §4.1 item 3, corollary: β0 = β1 = 1, B = m and S = D trace exact gradient descent on F."""
+    """β0 = β1 = 1, B = m and S = D make MOAP-V1 exact gradient descent on F (Wang et al., Algorithm 1)."""
     x, y, pos_index = toy_binary_data(n=30, m=8)
     full = {"x": x, "y": y, "index": torch.arange(len(y)), "pos_index": pos_index}
     module = make(MOAPV1, x, y, lambda p: Momentum(p, lr=5.0, momentum_weight=1.0), ema_weight=1.0)

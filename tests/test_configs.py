@@ -103,7 +103,8 @@ def check_trained(result, spec: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------- what some configs promise beyond running
 def _auprc_protocol(result) -> None:
-    """seed 002's linear AUPRC protocol: λ‖w‖² with λ = 1e-4 and batches of 20 (the headers of libsvm/*.yaml)."""
+    """The linear AUPRC protocol of Wang et al. (AISTATS 2022): λ‖w‖² with λ = 1e-4 and batches of 20 (the headers
+    of libsvm/*.yaml)."""
     assert result.trainer.optimizers[0].param_groups[0]["weight_decay"] == pytest.approx(2e-4)
     assert result.datamodule.batch_size == 20
 

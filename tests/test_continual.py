@@ -1,6 +1,6 @@
-"""Continual learning with non-forgetting constraints (seed 004 §1.5(c), Appendix F.3): the objective's constraint
-values and contrastive loss against a direct computation, the frozen old model (no gradient, never stepped, kept
-through a checkpoint resume), the constraints on their bound at the start, and the config through the CLI."""
+"""Continual learning with non-forgetting constraints (Chen et al., NeurIPS 2025, Appendix F.3): the objective's
+constraint values and contrastive loss against a direct computation, the frozen old model (no gradient, never stepped,
+kept through a checkpoint resume), the constraints on their bound at the start, and the config through the CLI."""
 
 from __future__ import annotations
 

@@ -151,7 +151,8 @@ def test_long_tail_selection_is_ldam_bit_for_bit():
 
 
 def test_cifar10_lt_at_full_size(tmp_path):
-    """The real shapes (5 × 10,000 training images): class counts of the closed form, seed 003's 1077 / 11,329."""
+    """The real shapes (5 × 10,000 training images): class counts of the closed form, Yao, Lin & Yang's 1077 /
+    11,329."""
     arrays = _cifar_arrays(5000, 10, 2, seed=0)
     write_cifar(tmp_path, *arrays, class_names=CIFAR10_NAMES)
     with open(tmp_path / "cifar-10-batches-py" / "data_batch_3", "rb") as f:
@@ -164,7 +165,7 @@ def test_cifar10_lt_at_full_size(tmp_path):
     cats = CIFARLTDataModule(tmp_path, task="one_vs_rest", positive_classes=["cat"], val_fraction=0.0, cache_dir=cache)
     assert cats.positive_classes == [3]
     assert (cats.sizes["num_positives"], cats.sizes["num_negatives"]) == (1077, 11_329)
-    split = CIFARLTDataModule(tmp_path, task="one_vs_rest", cache_dir=cache)  # seed 003's 9:1 split by default
+    split = CIFARLTDataModule(tmp_path, task="one_vs_rest", cache_dir=cache)  # Yao, Lin & Yang's 9:1 split by default
     assert split.sizes["num_positives"] == 1077 - round(107.7)  # stratified by the binary label
     assert split.sizes["num_samples"] + len(split.rows["val"]) == 12_406
     assert set(split.rows["train"]).isdisjoint(split.rows["val"])

@@ -302,7 +302,7 @@ def test_pos_fraction(tmp_path):
     share = dm.sizes["num_positives"] / dm.sizes["num_samples"]
     assert abs(share - 0.05) < 2 / dm.sizes["num_samples"], share
     dm.setup()
-    for split in ("val", "test"):  # the stratified splits keep the share, as in seed 002's mushrooms / phishing
+    for split in ("val", "test"):  # stratified splits keep the share (Wang et al.'s mushrooms / phishing)
         y = getattr(dm, f"{split}_dataset").fields["y"]
         assert abs(float(y.float().mean()) - 0.05) < 0.02
     negatives = sum(int((getattr(dm, f"{s}_dataset").fields["y"] == 0).sum()) for s in ("train", "val", "test"))

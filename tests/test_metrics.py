@@ -48,7 +48,7 @@ def _undo_mcclish(st: float, beta: float) -> float:
 
 
 def _sklearn_area(y, s, x: float) -> float:
-    """A(0, x) = ∫_0^x ROC via sklearn (seed-003 note, V3)."""
+    """A(0, x) = ∫_0^x ROC via sklearn (McClish's standardization undone)."""
     if x == 0:
         return 0.0
     if x >= 1:
@@ -57,7 +57,7 @@ def _sklearn_area(y, s, x: float) -> float:
 
 
 def _brute_pauc_eq2(s: np.ndarray, y: np.ndarray, alpha: float, beta: float) -> float:
-    """Eq. (2) of seed 003 by explicit pair counting (integer N-·α, N-·β)."""
+    """Eq. (2) of Yao, Lin & Yang (NeurIPS 2022) by explicit pair counting (integer N-·α, N-·β)."""
     pos = s[y == 1]
     neg = sorted(s[y == 0].tolist(), reverse=True)
     m, n = round(alpha * len(neg)), round(beta * len(neg))

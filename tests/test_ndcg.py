@@ -1,4 +1,5 @@
-"""NDCG objectives (seed 000), the ranking scorers and the NDCG metrics, in float64 against independent oracles."""
+"""NDCG objectives (Qiu et al., ICML 2022), the ranking scorers and the NDCG metrics, in float64 against independent
+oracles."""
 
 import itertools
 import math

@@ -65,7 +65,7 @@ def test_hinge_prox_envelope_and_gradient_equal_their_numerical_definitions(rho,
         value, argmin = numeric_envelope(f, x, lam)
         assert float(env[k]) == pytest.approx(value, abs=1e-10)
         assert float(prox[k]) == pytest.approx(argmin, abs=1e-6)
-        # the note's closed forms, written out independently
+        # the closed forms, written out independently
         huber = 0.0 if x <= 0 else (x * x / (2 * lam) if x <= lam * rho else rho * x - lam * rho**2 / 2)
         assert float(env[k]) == pytest.approx(huber, abs=1e-14)
         assert float(grad[k]) == pytest.approx(min(max(x, 0.0) / lam, rho), abs=1e-14)
@@ -136,7 +136,7 @@ def test_gap_penalty_envelope_and_prox_equal_a_numerical_2d_moreau_envelope(pena
         assert float(f.envelope(u, lam)) == pytest.approx(best.fun, abs=1e-9)
         assert np.allclose(f.prox(u, lam)[0].numpy(), best.x, atol=1e-5)
         assert torch.allclose(f.envelope_grad(u, lam), (u - f.prox(u, lam)) / lam, atol=1e-12)
-    # the note's h_{2λ}(g_1 − g_2) for the hinge
+    # for the hinge: its Huber form with 2λ at |g_1 − g_2| − κ
     if isinstance(penalty, Hinge):
         rho, mu = penalty.rho, 2 * lam
         for z in [0.05, 0.2, 0.5, 1.0, -0.7]:

@@ -3,12 +3,12 @@
 For every objective (float64):
 
 * exactness: with the whole data in one batch and γ = 1 (so the state holds g_i(w) exactly), the SOX
-  estimator equals the autograd gradient of ``exact_value`` (seed 001 §5.1 item 1);
+  estimator equals the autograd gradient of ``exact_value``;
 * ``exact_value`` equals an independent double loop over the paper's formula;
-* unbiasedness (seed 001 §5.1 item 2): with u fixed to the exact inner values, the expectation of the SOX
+* unbiasedness: with u fixed to the exact inner values, the expectation of the SOX
   estimator over every possible batch (enumerated: an exact expectation) is ∇F, while the plug-in BSGD
-  estimator ∇ĝ ∇f(ĝ) is biased; and the Monte-Carlo version of the note for p-norm push (5 standard errors);
-* sum/mean scale invariance of AP and NCA (§5.1 item 7): the two scales give the same updates;
+  estimator ∇ĝ ∇f(ĝ) is biased; and a Monte-Carlo version of the same check for p-norm push (5 standard errors);
+* sum/mean scale invariance of AP and NCA: the two scales give the same updates;
 * data path: the multi-class DataModule and the uniform sampler (resumable, rank-aware), and two processes
   (gloo) equal one process for the objectives that need the global batch.
 """
@@ -259,7 +259,7 @@ def test_ap_exact_value_is_minus_smoothed_ap_for_both_estimators_and_scales():
     for estimator, scale in itertools.product(("batch_mean", "reweighted"), ("mean", "sum")):
         objective = AveragePrecision(inner_estimator=estimator, inner_scale=scale)
         module = make_sox(objective, sizes, model=LinearScorer)
-        if reference is None:  # −ÂP by a double loop over pairs (seed 002 eq. (2))
+        if reference is None:  # −ÂP by a double loop over pairs (Wang et al., AISTATS 2022, eq. (2))
             s = torch.sigmoid(module(full)).detach().tolist()
             y = full["y"].tolist()
             ell = lambda d: max(0.0, 1.0 + d) ** 2  # noqa: E731
@@ -291,7 +291,7 @@ def note_formula_estimate(objective, scores, batch, sizes):
 def test_ap_reweighted_estimator_is_unbiased_under_class_stratified_batches():
     """Every batch of P = 2 of the m = 4 positives and Q = 3 of the 7 negatives (210 batches), the anchors
     the batch's positives: E[ĝ_i | i in the batch] = g_i and E[SOX estimator] = ∇F exactly for "reweighted";
-    the batch mean and seed 002 §1.6's (m/P) formula (which counts the anchor's self pair m/P times) are biased."""
+    the batch mean and the plain (m/P) reweighting (which counts the anchor's self pair m/P times) are biased."""
     full, sizes = binary_data(n=11, d=3, m=4, seed=5)
     batches = ap_batches(full, 2, 3)
     obj = AveragePrecision(inner_estimator="reweighted", margin=0.5)
@@ -351,7 +351,7 @@ def test_ap_omega_is_seed_002s_box_and_holds_every_estimate(surrogate, margin, s
             assert (value[:, 1] >= lower[1] * (1 - 1e-12)).all() and (value <= torch.tensor(upper) * (1 + 1e-12)).all()
             if estimator == "batch_mean" and scale_name == "mean":
                 exceeds_seed_002 |= bool((value[:, 0] > big_m * m / n).any())
-    assert exceeds_seed_002  # why the batch mean cannot use seed 002's u_1 ≤ M·m/n
+    assert exceeds_seed_002  # why the batch mean cannot use Wang et al.'s u_1 ≤ M·m/n
     # ... unless asked to: omega_bounds="paper" is the printed Ω for either estimator (estimates above it are capped)
     for scale_name, (lower, upper) in {"sum": ((None, c), (big_m * m, big_m * n)),
                                        "mean": ((None, c / n), (big_m * m / n, big_m))}.items():

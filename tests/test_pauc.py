@@ -1,5 +1,6 @@
-"""pAUC on an FPR range (seed 003): the threshold form, the prox step, the Moreau identities, AGD-SBCD's state
-machine, SoRR, DCA / proximal DCA, the baselines, validation of the chosen parameters, DDP and the configs.
+"""pAUC on an FPR range (Yao, Lin & Yang, NeurIPS 2022): the threshold form, the prox step, the Moreau identities,
+AGD-SBCD's state machine, SoRR, DCA / proximal DCA, the baselines, validation of the chosen parameters, DDP and the
+configs.
 
 Everything is float64. Hand formulas are written in the paper's units (G_v = N₊N₋ĝ, η = c/(N₊N₋), μ = μ'/(N₊N₋),
 θ = c/N₋) so they also check the scale-free rewrite the modules use.

@@ -1,5 +1,5 @@
-"""SONG, K-SONG, SOLC (seed 000): exactness of the estimators in float64, presets, state rules, training, the
-warm-up and stop-gradient callbacks, the synthetic ranking DataModule and the configs."""
+"""SONG, K-SONG, SOLC (Qiu et al., ICML 2022): exactness of the estimators in float64, presets, state rules, training,
+the warm-up and stop-gradient callbacks, the synthetic ranking DataModule and the configs."""
 
 import math
 from pathlib import Path

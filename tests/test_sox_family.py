@@ -158,8 +158,8 @@ def test_unsampled_rows_never_change_in_sox_and_soap():
 
 @pytest.mark.parametrize("scale", [True, False], ids=["n_over_B1", "decay_only"])
 def test_moap_decays_unsampled_rows_by_exactly_1_minus_gamma(scale):
-    """MOAP (seed 001 eq. (3)): unsampled visited rows are multiplied by 1 − γ (lazily: compared after reading),
-    sampled rows become (1 − γ) u + γ (n/B1) ĝ (first visit: ĝ)."""
+    """MOAP (Wang & Yang, ICML 2022, eq. (3)): unsampled visited rows are multiplied by 1 − γ (lazily: compared after
+    reading), sampled rows become (1 − γ) u + γ (n/B1) ĝ (first visit: ĝ)."""
     x, y, pos_index = toy_binary_data()
     batches = dual_batches(x, y, pos_index, 30)
     gamma, n, b1 = 0.2, int(y.sum()), 3
@@ -191,7 +191,7 @@ def test_moap_of_seed_001_is_moapv2_without_the_projection_requirement(binary_ba
         assert getattr(v2, attr) == getattr(moap, attr), attr
     with pytest.raises(ValueError, match="defines no Ω"):
         make(MOAPV2, sizes, AveragePrecision())
-    make(MOAP, sizes, AveragePrecision())  # seed 001's MOAP has no projection
+    make(MOAP, sizes, AveragePrecision())  # Wang & Yang's MOAP has no projection
 
 
 # ---------------------------------------------------------------------------------------------- unbiasedness

@@ -82,7 +82,7 @@ def test_msvr_update_formula():
 
 
 def test_msvr_tracks_a_deterministic_inner_function_exactly():
-    """seed 004 §4.2: full participation, deterministic g and γ' = 1 − γ make u follow g(w_t) exactly."""
+    """Full participation, deterministic g and γ' = 1 − γ (Chen et al.'s γ' at B1 = n) make u follow g(w_t) exactly."""
     torch.manual_seed(0)
     gamma = 0.3
     s = make(rows=5, dim=1)

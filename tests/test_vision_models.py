@@ -70,7 +70,7 @@ def test_resnet20_weights_round_trip(tmp_path):
     trained.eval()
     full = ResNet20(num_outputs=1, weights_path=str(path), load_head=True).eval()
     torch.testing.assert_close(full(x), trained(x), rtol=0, atol=0)
-    fresh_head = ResNet20(num_outputs=1, weights_path=str(path)).eval()  # seed 002: the last layer re-initialized
+    fresh_head = ResNet20(num_outputs=1, weights_path=str(path)).eval()  # Wang et al.: last layer re-initialized
     assert torch.equal(fresh_head.conv1.weight, trained.conv1.weight)
     assert not torch.equal(fresh_head.fc.weight, trained.fc.weight)
     torch.testing.assert_close(fresh_head.features(x), trained.features(x), rtol=0, atol=0)
@@ -179,7 +179,7 @@ def test_clip_zero_shot_logits_and_binary_target(tmp_path):
     target.load_state_dict(model.state_dict())
     p = torch.softmax(logits, dim=1)[:, 2]
     torch.testing.assert_close(torch.sigmoid(target(x)), p, rtol=1e-5, atol=1e-6)  # the binary logit of the class
-    target(x).sum().backward()  # both towers are trained (seed 004 fine-tunes CLIP)
+    target(x).sum().backward()  # both towers are trained (Chen et al. fine-tune CLIP)
     assert target.clip.text_model.embeddings.token_embedding.weight.grad.abs().sum() > 0
     assert target.clip.vision_model.embeddings.patch_embedding.weight.grad.abs().sum() > 0
     target.bind_sizes({"num_outputs": 1})
