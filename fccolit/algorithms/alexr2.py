@@ -1,4 +1,4 @@
-"""ALEXR2 (seed 004, Algorithm 2): a double loop for non-smooth FCCO with a convex outer function.
+"""ALEXR2 (Chen et al., NeurIPS 2025, Algorithm 2): a double loop for non-smooth FCCO with a convex outer function.
 
 ALEXR2 minimizes the nested envelope ``F_{λ,ν}(w) = min_z F_λ(z) + ‖z − w‖²/(2ν)`` (eq. (5)), whose gradient is
 ``(w − prox_{νF_λ}(w))/ν``. The inner loop is the primal-dual method ALEXR run for K steps from ``z_0 = w_t`` to
@@ -12,7 +12,7 @@ position ``(t, k)`` (``outer_step``, ``inner_step``: 0-dim int64 entries) and th
 live parameters of the model hold the inner iterate ``z_k``; evaluation uses the anchor ``w_t``
 (``eval_params="anchor"``, the algorithm's output) unless told otherwise.
 
-Inner step k (the dual step in its primal, MSVR form: seed 004 §2.2, verified equal to the Bregman argmax)::
+Inner step k (Algorithm 2's dual step written in its primal, MSVR form; the two are equal)::
 
     u_i ← (1 − γ̂) u_i + γ̂ ĝ_i(z_k; B) + γ̂θ (ĝ_i(z_k; B) − ĝ_i(z_{k−1}; B))      γ̂ = γ/(1 + γ); y_i = ∇f_λ(u_i)
     G_k = ∇ĝ_0(z_k; B̃) + mean_{i∈B_1} ∇ĝ_i(z_k; B̃) y_i                       (B̃ independent of B)
@@ -20,8 +20,13 @@ Inner step k (the dual step in its primal, MSVR form: seed 004 §2.2, verified e
                                                     (the shared ProximalStep of fccolit.algorithms.double_loop)
 
 Outer step, after K inner steps: ``G_t = (w_t − z_K)/ν`` (step 13 printed ``(β/ν)(w_t − z_K)``: the proof has no
-β, erratum 2), then the optimizer (Momentum: ``v ← (1 − β)v + βG_t, w ← w − αv``; or AdaptiveMomentum), then
+β, App. C), then the optimizer (Momentum: ``v ← (1 − β)v + βG_t, w ← w − αv``; or AdaptiveMomentum), then
 ``z_0 = z_{−1} = w_{t+1}``. The duals (trackers) are warm-started across outer steps (the paper leaves y_{t,0} open).
+
+References:
+    * Chen et al. (NeurIPS 2025): Xingyu Chen, Bokun Wang, Ming Yang, Qihang Lin and Tianbao Yang, "Stochastic
+      Momentum Methods for Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025,
+      arXiv:2506.02504.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ __all__ = ["ALEXR2"]
 
 
 class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
-    r"""ALEXR2 (seed 004, Algorithm 2) with the constrained variant (eq. (39)); see the module docstring.
+    r"""ALEXR2 (Chen et al., NeurIPS 2025, Algorithm 2) with the constrained variant (eq. (39)); see the module
+    docstring.
 
     Args:
         lam: λ > 0 (or 0 for a smooth outer), the outer smoothing; ``f̄ = f_λ``, ``y = ∇f_λ(u)``. Default 2e-3:

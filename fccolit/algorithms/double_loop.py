@@ -15,7 +15,7 @@ batch is one inner step, and after the inner loop's last step the module takes i
               = z_k − \frac{ην}{η + ν}\Big(G_k + \frac{z_k − a}{ν}\Big)
 
   (Yao, Lin & Yang, "Large-scale Optimization of Partial AUC in a Range of False Positive Rates", NeurIPS 2022,
-  arXiv:2203.01505, eq. (14) with ``ν = μ``; Chen, Wang, Yang, Hu, Lin & Yang, "Stochastic Momentum Methods for
+  arXiv:2203.01505, eq. (14) with ``ν = μ``; Chen, Wang, Yang, Lin & Yang, "Stochastic Momentum Methods for
   Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025, arXiv:2506.02504,
   Algorithm 2 step 11). ``ν = ∞`` (no proximal term) is the plain gradient step ``z_k − η G_k`` (DCA).
 * :class:`LoopPosition`: the loop counters (outer step t, inner step k, ...) as Python ints, in every checkpoint, so
