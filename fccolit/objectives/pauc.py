@@ -1,4 +1,5 @@
-r"""Ranked-range objectives: partial AUC on an FPR range [α, β] and the sum of ranked range (seed 003).
+r"""Ranked-range objectives: partial AUC on an FPR range [α, β] and the sum of ranked range (Yao, Lin & Yang,
+NeurIPS 2022).
 
 Both problems minimise, for one or more rows ``r`` of a loss matrix ``S ∈ R^{R×N}``, the mean of the entries ranked
 ``m+1 .. n`` (largest first) of each row:
@@ -8,18 +9,18 @@ Both problems minimise, for one or more rows ``r`` of a loss matrix ``S ∈ R^{R
     F(w) = \frac{1}{R} \sum_{r=1}^{R} \frac{φ_n(S_r(w)) - φ_m(S_r(w))}{n - m}, \qquad
     φ_l(S) = \sum_{k=1}^{l} s_{[k]}, \qquad m = αN,\; n = βN
 
-* pAUC in an FPR range (:class:`PartialAUCRange`, seed 003 eq. (3)): one row per positive ``i``, one column per
+* pAUC in an FPR range (:class:`PartialAUCRange`, eq. (3)): one row per positive ``i``, one column per
   negative ``j``, ``s_ij = ℓ(h(x_i⁺) − h(x_j⁻))`` with ℓ non-increasing. Because ℓ is monotone, the entries ranked
   ``m+1..n`` of every row are the pairs with the negatives ranked ``m+1..n`` by score, so ``F`` is the surrogate of
   the normalised empirical pAUC of eq. (2) (FPR ∈ [α, β]).
-* sum of ranked range (:class:`SumOfRankedRange`, seed 003 eq. (7), "SoRR"): one row, one column per sample,
+* sum of ranked range (:class:`SumOfRankedRange`, eq. (7), "SoRR"): one row, one column per sample,
   ``s_j = ℓ(h(x_j), y_j)``; it ignores the ``m`` largest losses (outliers) and the easy ones below rank ``n``.
 
-Because ``φ_n − φ_m`` is a difference of convex functions of the losses, ``F`` is the DC program of seed 003
-eqs. (5)–(6): :meth:`RankedRangeObjective.dc_components` returns its two parts. The per-row thresholds λ of the
-algorithms come from the threshold ("dual") form of the top-l sum, eq. (12), computed by :func:`threshold_value`;
-:func:`threshold_interval` gives its minimisers (seed 003 eq. (19), with the printed interval's endpoints swapped:
-the printed ``[s_[l], s_[l+1]]`` is empty).
+Because ``φ_n − φ_m`` is a difference of convex functions of the losses, ``F`` is the DC program of eqs. (5)–(6):
+:meth:`RankedRangeObjective.dc_components` returns its two parts. The per-row thresholds λ of the algorithms come from
+the threshold ("dual") form of the top-l sum, eq. (12), computed by :func:`threshold_value`;
+:func:`threshold_interval` gives its minimisers (eq. (19), with the printed interval's endpoints swapped: the printed
+``[s_[l], s_[l+1]]`` is empty).
 
 Non-integer ``αN`` / ``βN``: ``φ_l`` for real ``l ∈ [0, N]`` is the value of the LP (11),
 ``max {Σ_j p_j s_j : Σ_j p_j = l, 0 ≤ p_j ≤ 1}``, i.e. the top-⌊l⌋ sum plus ``(l − ⌊l⌋)·s_[⌊l⌋+1]``; its dual is
@@ -28,8 +29,12 @@ still eq. (12). The boundary entries then count fractionally, exactly like the f
 ``αN₋``, ``βN₋`` integers).
 
 Scale. Everything here is normalised by the number of entries (``f̃^l = f^l / (N₊N₋)`` for pAUC, ``f^l / N`` for
-SoRR): the values do not grow with the data, and the algorithms' hyper-parameters are the paper's scale-free ones
-(seed 003 note §2.3).
+SoRR): the values do not grow with the data, and the algorithms' hyper-parameters are scale-free (the paper's
+experiments scale μ and γ by 1/(N₊N₋), §6.1).
+
+References:
+    * Yao, Lin & Yang (NeurIPS 2022): Yao Yao, Qihang Lin and Tianbao Yang, "Large-scale Optimization of Partial
+      AUC in a Range of False Positive Rates", NeurIPS 2022, arXiv:2203.01505.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------------------------------------
-# top-l sums, the threshold form and its minimisers (seed 003 §3, eqs. (4), (11), (12), (19))
+# top-l sums, the threshold form and its minimisers (Yao, Lin & Yang, NeurIPS 2022, eqs. (4), (11), (12), (19))
 # ----------------------------------------------------------------------------------------------------------
 def _sorted_with_mass(values: torch.Tensor, weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Entries sorted in decreasing order along the last dim, their weights and the cumulative weights.
@@ -75,7 +80,7 @@ def _sorted_with_mass(values: torch.Tensor, weights: torch.Tensor | None) -> tup
 
 
 def top_sum(values: torch.Tensor, level: float, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """``φ_l``: the sum of the ``l`` largest entries along the last dimension (seed 003 eq. (4)).
+    """``φ_l``: the sum of the ``l`` largest entries along the last dimension (Yao, Lin & Yang, NeurIPS 2022, eq. (4)).
 
     Args:
         values: ``[..., N]`` entries (differentiable: the gradient flows to the entries counted, as the
@@ -100,7 +105,7 @@ def _top_sum_sorted(s: torch.Tensor, w: torch.Tensor, cum: torch.Tensor, level: 
 def threshold_value(
     values: torch.Tensor, lam: torch.Tensor | float, level: float, weights: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """The threshold form ``g(λ) = l·λ + Σ_j w_j [s_j − λ]_+`` (seed 003 eq. (12) for one row).
+    """The threshold form ``g(λ) = l·λ + Σ_j w_j [s_j − λ]_+`` (Yao, Lin & Yang eq. (12) for one row).
 
     ``min_λ g(λ) = φ_l`` (:func:`top_sum`), attained on :func:`threshold_interval`; outside it ``g`` grows with
     slope at least ``min_j w_j`` (1 without weights: the linear error bound of Lemma 11).
@@ -121,9 +126,9 @@ def threshold_interval(
     """The minimisers ``[lower, upper]`` of :func:`threshold_value` over λ, along the last dimension.
 
     ``λ`` is optimal iff ``Σ_{s_j > λ} w_j ≤ l ≤ Σ_{s_j ≥ λ} w_j``. Without weights and for an integer
-    ``0 < l < N`` this is ``[s_[l+1], s_[l]]``, between the (l+1)-th and the l-th largest entries (seed 003 eq. (19);
-    the paper prints the endpoints in the other order). Edge cases: ``l = 0`` gives ``[s_[1], +∞)``, ``l = N`` (all
-    the weight) gives ``(−∞, s_[N]]``; a non-integer ``l`` gives the single point ``s_[⌈l⌉]``.
+    ``0 < l < N`` this is ``[s_[l+1], s_[l]]``, between the (l+1)-th and the l-th largest entries (Yao, Lin & Yang
+    eq. (19); the paper prints the endpoints in the other order). Edge cases: ``l = 0`` gives ``[s_[1], +∞)``,
+    ``l = N`` (all the weight) gives ``(−∞, s_[N]]``; a non-integer ``l`` gives the single point ``s_[⌈l⌉]``.
 
     Returns:
         ``(lower, upper)``, each ``[...]`` (±inf at the edges).
@@ -150,7 +155,7 @@ def ranked_range_mean(
     """Mean of the entries ranked in the top ``(α, β]`` share along the last dimension.
 
     ``(φ_{βW}(S) − φ_{αW}(S)) / ((β − α)W)`` with ``W`` the total weight (``N`` without weights): with integer
-    ``m = αN``, ``n = βN`` this is ``(1/(n − m)) Σ_{k=m+1}^{n} s_[k]``, seed 003 eq. (3) for one positive.
+    ``m = αN``, ``n = βN`` this is ``(1/(n − m)) Σ_{k=m+1}^{n} s_[k]``, Yao, Lin & Yang eq. (3) for one positive.
     """
     total = float(values.shape[-1]) if weights is None else weights.to(values.dtype).sum()
     ranked = _sorted_with_mass(values, weights)  # one sort for both levels
@@ -231,7 +236,7 @@ class RankedRangeObjective(nn.Module):
 
     # ------------------------------------------------------------------ values
     def exact_value(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``F`` (seed 003 eq. (3) / SoRR normalised by ``n − m``) when ``batch`` holds the whole data set."""
+        """``F`` (Yao, Lin & Yang eq. (3) / SoRR normalised by ``n − m``) when ``batch`` holds the whole data set."""
         rr = self.losses(scores, batch)
         return ranked_range_mean(rr.losses, self.alpha, self.beta).mean()
 
@@ -252,7 +257,8 @@ class RankedRangeObjective(nn.Module):
     ) -> torch.Tensor:
         """``∂f̃^l/∂h``, ``[B]``: the gradient of the scale-free DC component at level ``l = share·N`` with respect
         to the scores of the (whole) data set, with the ranks fixed at ``scores`` (a subgradient of the convex
-        ``f̃^l``). DCA's ``ξ = ∇f̃^m(w)`` is this vector pulled back through the model (seed 003 Algorithm 4)."""
+        ``f̃^l``). DCA's ``ξ = ∇f̃^m(w)`` is this vector pulled back through the model (Yao, Lin & Yang,
+        Algorithm 4)."""
         with torch.enable_grad():
             h = scores.detach().reshape(-1).requires_grad_(True)
             rr = self.losses(h, batch)
@@ -293,7 +299,8 @@ class RankedRangeObjective(nn.Module):
 
 
 class PartialAUCRange(RankedRangeObjective):
-    r"""Surrogate of the normalised partial AUC on the FPR range [α, β] (seed 003 eq. (3)), minimised.
+    r"""Surrogate of the normalised partial AUC on the FPR range [α, β] (Yao, Lin & Yang, NeurIPS 2022, eq. (3)),
+    minimised.
 
     .. math::
 
@@ -383,7 +390,7 @@ class PartialAUCRange(RankedRangeObjective):
 
 
 class SumOfRankedRange(RankedRangeObjective):
-    r"""The sum-of-ranked-range loss (seed 003 eq. (7); Hu et al. 2020), normalised by ``n − m``.
+    r"""The sum-of-ranked-range loss (Yao, Lin & Yang, NeurIPS 2022, eq. (7); Hu et al. 2020), normalised by ``n − m``.
 
     .. math::
 
@@ -391,7 +398,7 @@ class SumOfRankedRange(RankedRangeObjective):
 
     The loss is ``s_j = surrogate(−y±_j · h(x_j))`` with ``y± = 2y − 1``: ``"logistic"`` is the binary cross-entropy
     with logits (the paper writes ``−y log h − (1−y) log(1−h)`` with a linear ``h``, which is undefined; this is the
-    sigmoid reading, an assumption recorded in the note). One threshold row in all (``num_rows = 1``).
+    sigmoid reading, an assumption). One threshold row in all (``num_rows = 1``).
 
     Sampling. The algorithms assume the columns of a batch are a uniform sample of the data. fccolit's binary
     DataModules draw a fixed number of positives per batch (a stratified sample), so with ``reweight=True`` each
