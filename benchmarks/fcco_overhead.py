@@ -76,14 +76,13 @@ def cases(quick: bool, work: Path, hidden: list[int] | None = None):
                                                  groups_per_batch=8, samples_per_group=32, seed=0)
 
     def ranking():
-        from ranking_data import generate
-
         from fccolit.datamodules.movielens import MovieLensDataModule
+        from fccolit.testing import write_large_movielens_csv
 
         root = work / "ml-20m"
         if not (root / "ratings.csv").is_file():
             root.mkdir(parents=True, exist_ok=True)
-            generate(root / "ratings.csv", 3_000 * 144, 3_000, 26_744)
+            write_large_movielens_csv(root / "ratings.csv", 3_000 * 144, 3_000, 26_744)
         return MovieLensDataModule(root, cache_dir=work / "cache", queries_per_batch=64, num_positives=10,
                                    num_negatives=300, top_k=10)
 

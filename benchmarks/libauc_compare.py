@@ -179,16 +179,15 @@ def _ap_order(module) -> str:
 
 # ------------------------------------------------------------------------------------------------ 2. SONG
 def compare_song(quick: bool, work: Path) -> dict:
-    from ranking_data import generate
-
     from fccolit.datamodules.movielens import MovieLensDataModule
+    from fccolit.testing import write_large_movielens_csv
 
     users = 2_000 if quick else 30_000
     rows = users * 144
     items = 26_744
     root = work / "ml-20m"
     root.mkdir(parents=True, exist_ok=True)
-    generate(root / "ratings.csv", rows, users, items)
+    write_large_movielens_csv(root / "ratings.csv", rows, users, items)
     p, m, b = 10, 300, 256
     dm = MovieLensDataModule(root, cache_dir=work / "cache", queries_per_batch=b, num_positives=p, num_negatives=m)
     dm.setup("fit")

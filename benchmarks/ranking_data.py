@@ -46,8 +46,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import torch
 from torch import nn
 
@@ -57,45 +55,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fccolit.datamodules.movielens import MovieLensDataModule  # noqa: E402
 from fccolit.io.ratings import read_movielens_ratings  # noqa: E402
 from fccolit.state import IndexedState  # noqa: E402
+from fccolit.testing import write_large_movielens_csv  # noqa: E402
 from timing import machine, write_result  # noqa: E402
 
 LIBAUC_INSTALL = "pip install --no-deps libauc==2.0.1"
 ML20M = {"rows": 20_000_263, "users": 138_493, "items": 26_744}
-
-
-# ------------------------------------------------------------------------------------------------ data
-def generate(path: Path, rows: int, users: int, items: int, seed: int = 0) -> None:
-    """A ratings.csv in ML-20M's format with exactly ``rows`` ratings, every user >= 20."""
-    rng = np.random.default_rng(seed)
-    extra = rng.lognormal(mean=0.0, sigma=1.3, size=users)
-    counts = 20 + np.floor(extra / extra.sum() * (rows - 20 * users)).astype(np.int64)
-    counts[np.argsort(-extra)[: rows - int(counts.sum())]] += 1
-    counts = np.minimum(counts, items)
-    counts[np.argmin(counts)] += rows - int(counts.sum())
-    popularity = 1.0 / np.arange(1, items + 1) ** 0.8
-    popularity /= popularity.sum()
-    user_of = np.repeat(np.arange(users, dtype=np.int64), counts)
-    item_of = rng.choice(items, size=rows, p=popularity)
-    for _ in range(50):  # make each user's items distinct: redraw duplicates uniformly
-        key = user_of * items + item_of
-        order = np.argsort(key, kind="stable")
-        dup = np.zeros(rows, dtype=bool)
-        dup[order[1:]] = key[order[1:]] == key[order[:-1]]
-        if not dup.any():
-            break
-        item_of[dup] = rng.integers(0, items, size=int(dup.sum()))
-    order = np.lexsort((item_of, user_of))
-    user_of, item_of = user_of[order], item_of[order]
-    movie_ids = np.sort(rng.choice(131_262, size=items, replace=False)) + 1
-    frame = pd.DataFrame(
-        {
-            "userId": user_of + 1,
-            "movieId": movie_ids[item_of],
-            "rating": rng.integers(1, 11, size=rows) / 2,
-            "timestamp": rng.integers(789_652_009, 1_427_784_002, size=rows),
-        }
-    )
-    frame.to_csv(path, index=False, float_format="%.1f", chunksize=1_000_000)
 
 
 # ------------------------------------------------------------------------------------------------ reference step
@@ -202,7 +166,7 @@ def compare_libauc(work: Path, users: int, steps: int) -> dict:
     rows = users * 144  # ML-20M's ratings per user
     root = work / "libauc-ml"
     root.mkdir(parents=True, exist_ok=True)
-    generate(root / "ratings.csv", rows, users, ML20M["items"])
+    write_large_movielens_csv(root / "ratings.csv", rows, users, ML20M["items"])
     with zipfile.ZipFile(root / "ml-20m.zip", "w", compression=zipfile.ZIP_STORED) as archive:
         archive.write(root / "ratings.csv", "ml-20m/ratings.csv")  # what MoiveLens looks for (else it downloads)
     with contextlib.redirect_stdout(io.StringIO()):  # LibAUC prints its statistics
@@ -298,7 +262,7 @@ def main() -> None:
         root.mkdir(exist_ok=True)
         path = root / "ratings.csv"
         if not path.is_file():
-            t_gen, _ = timed(lambda: generate(path, rows, users, items))
+            t_gen, _ = timed(lambda: write_large_movielens_csv(path, rows, users, items))
             print(f"generated {rows:,} ratings ({path.stat().st_size / 2**20:.0f} MiB) in {t_gen:.1f} s")
         size_mib = path.stat().st_size / 2**20
 

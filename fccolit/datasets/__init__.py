@@ -24,6 +24,6 @@ from fccolit.datasets.transforms import ChestXrayTransform, ClipImageTransform
 __all__ = [
     "ChestXrayTransform", "ClipImageTransform", "FullRankingEvalDataset", "ImageArrayDataset", "ImageFileDataset",
     "ListEvalDataset", "ListwiseTrainDataset", "RecommendationTrainDataset", "RowOrigin",
-    "SampledCandidatesEvalDataset", "SyntheticQueryLists", "build_recommendation_arrays", "ltr_pair_arrays", "random_crop_flip",
-    "stratified_split",
+    "SampledCandidatesEvalDataset", "SyntheticQueryLists", "build_recommendation_arrays", "ltr_pair_arrays",
+    "random_crop_flip", "stratified_split",
 ]

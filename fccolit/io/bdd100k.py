@@ -3,7 +3,8 @@
 Both label files, the 2018 "Labels" package (``labels/bdd100k_labels_images_{train,val}.json``) and the 2020
 detection labels (``labels/det_20/det_{train,val}.json``), are a JSON list of frames in the Scalabel format,
 ``{"name": "<id>.jpg", "attributes": {"weather": ..., "scene": ..., "timeofday": ...}, "labels": [...boxes...],
-...}``; only ``name`` and ``attributes`` are read, and the list is streamed (:func:`~fccolit.io.jsonstream.iter_json_array`).
+...}``; only ``name`` and ``attributes`` are read, and the list is streamed
+(:func:`~fccolit.io.jsonstream.iter_json_array`).
 A value outside the documented ones (:data:`ATTRIBUTE_VALUES`) is an error naming the file, the frame and the field.
 """
 

@@ -10,7 +10,8 @@ data set                  writers
 LIBSVM                    :func:`write_libsvm` (a small a9a-like pair), :func:`write_large_libsvm` (several MiB)
 UCI Adult, COMPAS         :func:`write_adult_files`, :func:`write_compas_file`
 MovieLens                 :func:`write_movielens_csv` (random ratings), :func:`write_movielens_ratings` (given rows,
-                          any of the three formats), :func:`zip_bytes` (a release zip)
+                          any of the three formats), :func:`write_large_movielens_csv` (ML-20M-sized),
+                          :func:`zip_bytes` (a release zip)
 Netflix Prize             :func:`write_netflix`, :func:`write_netflix_quirks` (CRLF, blank lines, ``probe.txt``)
 LETOR / MSLR-WEB          :func:`write_letor` (given documents), :func:`write_mslr_fold` (a random ``Fold<k>``)
 CIFAR-10 / 100            :func:`cifar_arrays` (random images), :func:`write_cifar` (the python pickles)
@@ -30,8 +31,8 @@ Example::
 
 from fccolit.testing.images import bdd_frames, cifar_arrays, noise_image, write_bdd100k, write_chexpert, write_cifar
 from fccolit.testing.ranking import (
-    write_letor, write_movielens_csv, write_movielens_ratings, write_mslr_fold, write_netflix, write_netflix_quirks,
-    zip_bytes,
+    write_large_movielens_csv, write_letor, write_movielens_csv, write_movielens_ratings, write_mslr_fold,
+    write_netflix, write_netflix_quirks, zip_bytes,
 )
 from fccolit.testing.tabular import (
     write_adult_files, write_binary_csv, write_compas_file, write_csv, write_large_libsvm, write_libsvm,
@@ -39,7 +40,7 @@ from fccolit.testing.tabular import (
 
 __all__ = [
     "bdd_frames", "cifar_arrays", "noise_image", "write_adult_files", "write_bdd100k", "write_binary_csv",
-    "write_chexpert", "write_cifar",
-    "write_compas_file", "write_csv", "write_large_libsvm", "write_letor", "write_libsvm", "write_movielens_csv",
-    "write_movielens_ratings", "write_mslr_fold", "write_netflix", "write_netflix_quirks", "zip_bytes",
+    "write_chexpert", "write_cifar", "write_compas_file", "write_csv", "write_large_libsvm",
+    "write_large_movielens_csv", "write_letor", "write_libsvm", "write_movielens_csv", "write_movielens_ratings",
+    "write_mslr_fold", "write_netflix", "write_netflix_quirks", "zip_bytes",
 ]

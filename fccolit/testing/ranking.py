@@ -9,10 +9,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 __all__ = [
-    "write_letor", "write_movielens_csv", "write_movielens_ratings", "write_mslr_fold", "write_netflix",
-    "write_netflix_quirks", "zip_bytes",
+    "write_large_movielens_csv", "write_letor", "write_movielens_csv", "write_movielens_ratings", "write_mslr_fold",
+    "write_netflix", "write_netflix_quirks", "zip_bytes",
 ]
 
 
@@ -41,6 +42,42 @@ def write_movielens_csv(folder: Path, num_users: int = 60, num_items: int = 120,
         for item in items:
             rows.append((user, int(item) * 3 + 1, rng.integers(1, 11) / 2, 978300000 + int(rng.integers(0, 10**6))))
     return write_movielens_ratings(folder, "ratings.csv", rows)
+
+
+def write_large_movielens_csv(path: Path, rows: int, users: int, items: int, seed: int = 0) -> None:
+    """A ``ratings.csv`` in ML-20M's format with exactly ``rows`` ratings of ``users`` users (every one with at
+    least 20, lognormal activity) on ``items`` movies (Zipf-like popularity, ids drawn from ML-20M's range), half
+    stars: the data of the loading and step benchmarks (millions of rows: written by pandas in chunks)."""
+    rng = np.random.default_rng(seed)
+    extra = rng.lognormal(mean=0.0, sigma=1.3, size=users)
+    counts = 20 + np.floor(extra / extra.sum() * (rows - 20 * users)).astype(np.int64)
+    counts[np.argsort(-extra)[: rows - int(counts.sum())]] += 1
+    counts = np.minimum(counts, items)
+    counts[np.argmin(counts)] += rows - int(counts.sum())
+    popularity = 1.0 / np.arange(1, items + 1) ** 0.8
+    popularity /= popularity.sum()
+    user_of = np.repeat(np.arange(users, dtype=np.int64), counts)
+    item_of = rng.choice(items, size=rows, p=popularity)
+    for _ in range(50):  # make each user's items distinct: redraw duplicates uniformly
+        key = user_of * items + item_of
+        order = np.argsort(key, kind="stable")
+        dup = np.zeros(rows, dtype=bool)
+        dup[order[1:]] = key[order[1:]] == key[order[:-1]]
+        if not dup.any():
+            break
+        item_of[dup] = rng.integers(0, items, size=int(dup.sum()))
+    order = np.lexsort((item_of, user_of))
+    user_of, item_of = user_of[order], item_of[order]
+    movie_ids = np.sort(rng.choice(131_262, size=items, replace=False)) + 1
+    frame = pd.DataFrame(
+        {
+            "userId": user_of + 1,
+            "movieId": movie_ids[item_of],
+            "rating": rng.integers(1, 11, size=rows) / 2,
+            "timestamp": rng.integers(789_652_009, 1_427_784_002, size=rows),
+        }
+    )
+    frame.to_csv(path, index=False, float_format="%.1f", chunksize=1_000_000)
 
 
 def zip_bytes(members: dict[str, str]) -> bytes:
