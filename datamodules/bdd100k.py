@@ -1,7 +1,7 @@
 """BDD100K image attributes (weather, scene, time of day) as classification tasks, with the per-class subsets of
-seed 004's continual learning with non-forgetting constraints.
+the continual learning with non-forgetting constraints of Chen et al., NeurIPS 2025, arXiv:2506.02504.
 
-Files (anchor-ecosystem.md §2.6), from https://bdd-data.berkeley.edu/ (free registration): ``root`` holds
+Files, from https://bdd-data.berkeley.edu/ (free registration): ``root`` holds
 
     images/100k/{train,val}/<name>.jpg                      70,000 / 10,000 frames, 1280 × 720
     labels/bdd100k_labels_images_{train,val}.json           the 2018 "Labels" package, or
@@ -101,7 +101,7 @@ class BDD100KDataModule(FCCODataModule):
         root: the folder holding ``labels/`` and ``images/100k/``.
         task: ``"weather"``, ``"scene"``, ``"timeofday"`` or ``"attributes"`` (multi-label).
         classes: the classes of a classification task, in output order (None: :data:`DEFAULT_CLASSES`).
-        target: a class of ``classes``: binary target-versus-rest task (seed 004: ``"foggy"`` or ``"overcast"``).
+        target: a class of ``classes``: binary target-versus-rest task (Chen et al.: ``"foggy"`` or ``"overcast"``).
         protected: the constrained classes (None: every class but the target).
         labels_version: ``"2018"``, ``"2020"`` or ``"auto"`` (the 2020 ``det_20`` files if present, else 2018).
         val_fraction: share of the official training frames held out for validation (stratified).
@@ -291,7 +291,7 @@ class BDD100KDataModule(FCCODataModule):
 
     def class_indices(self, split: str = "train") -> dict[str, torch.Tensor]:
         """``{class: rows of the split}`` (classification tasks): the per-class subsets — the target's data and
-        each protected class's constraint data ``D_k`` of seed 004."""
+        each protected class's constraint data ``D_k`` of Chen et al."""
         if self.task == "attributes":
             raise ValueError("class_indices is for the classification tasks (weather, scene, timeofday)")
         y = torch.from_numpy(self._splits[split]["labels"])

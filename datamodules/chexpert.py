@@ -1,7 +1,7 @@
 """CheXpert chest X-rays (Irvin et al. 2019): the five competition findings, per-label uncertainty policies, one
 binary task per finding or all five as a multi-label problem.
 
-Files (anchor-ecosystem.md §2.4): the release ``CheXpert-v1.0-small`` (or the full ``CheXpert-v1.0``) from
+Files: the release ``CheXpert-v1.0-small`` (or the full ``CheXpert-v1.0``) from
 https://stanfordmlgroup.github.io/competitions/chexpert/ (free registration; no direct download link), extracted
 so that ``root`` is the release folder or its parent::
 
@@ -15,18 +15,18 @@ Pneumothorax, Pleural Effusion, Pleural Other, Fracture, Support Devices``) valu
 (``CheXpert-v1.0-small/…``): that first component is replaced by the folder holding the CSV, so the data can live
 anywhere.
 
-Labels (the five competition tasks in LibAUC's and seed 003's order D1–D5): Cardiomegaly, Edema, Consolidation,
-Atelectasis, Pleural Effusion. Each label has an uncertainty policy for ``-1.0``:
+Labels (the five competition tasks in the order of LibAUC and of Yao, Lin & Yang's D1–D5): Cardiomegaly, Edema,
+Consolidation, Atelectasis, Pleural Effusion. Each label has an uncertainty policy for ``-1.0``:
 
 * ``"ones"`` (U-Ones): uncertain → 1;  ``"zeros"`` (U-Zeros): uncertain → 0;
 * ``"ignore"`` (U-Ignore): the (image, label) pair is unlabeled: dropped from that label's binary task, ``-1`` in
   the multi-label matrix (never sampled, excluded from that task's metrics).
 
-Default: U-Ones for Edema and Atelectasis, U-Zeros for the others (LibAUC's recipe, from Irvin et al.'s best
-policy per finding). Blank cells follow ``blank``: ``"zeros"`` (default, LibAUC: not mentioned → negative) or
-``"ignore"``. ``valid.csv`` (expert consensus, no uncertain labels) is the test split, as in LibAUC and seed 003;
-``val_fraction`` of the training patients (default 0.1, seed 003's train / validation 9:1; split by patient so no
-patient is in both — the paper does not say how it split [assumption]) is the validation split.
+Default: U-Ones for Edema and Atelectasis, U-Zeros for the others (LibAUC's recipe, from Irvin et al.'s best policy
+per finding). Blank cells follow ``blank``: ``"zeros"`` (default, LibAUC: not mentioned → negative) or ``"ignore"``.
+``valid.csv`` (expert consensus, no uncertain labels) is the test split, as in LibAUC and Yao, Lin & Yang;
+``val_fraction`` of the training patients (default 0.1, Yao, Lin & Yang's train / validation 9:1; split by patient so
+no patient is in both — the paper does not say how it split [assumption]) is the validation split.
 
 Images: grayscale JPEG, decoded per image in the DataLoader workers, replicated to 3 channels, resized to
 ``image_size`` × ``image_size`` (LibAUC: 320), scaled to [0, 1] and normalized with the ImageNet mean / std.
@@ -42,6 +42,12 @@ Batch fields: ``x`` ``[B, 3, S, S]`` float32 and ``index`` (row in the split), p
   positives and the rest negatives) through :class:`~fccolit.samplers.multilabel.MultiLabelPairDataset`: ``y``
   ``[B]`` the label of the position's ``task``, ``labels`` ``[B, T]``, ``pair_index`` / ``pos_index`` /
   ``neg_index`` the per-(task, sample) state rows.
+
+References:
+    * Yao, Lin & Yang (NeurIPS 2022): Yao Yao, Qihang Lin and Tianbao Yang, "Large-scale Optimization of Partial
+      AUC in a Range of False Positive Rates", NeurIPS 2022, arXiv:2203.01505 (§6.1: the CheXpert protocol).
+    * Irvin et al. 2019: Jeremy Irvin et al., "CheXpert: A Large Chest Radiograph Dataset with Uncertainty Labels and
+      Expert Comparison", AAAI 2019.
 """
 
 from __future__ import annotations
@@ -90,7 +96,7 @@ class CheXpertDataModule(FCCODataModule):
         uncertainty: ``{label: "ones" | "zeros" | "ignore"}`` for ``-1.0``; labels it does not name keep the default
             (U-Ones for Edema and Atelectasis, U-Zeros for the others).
         blank: ``"zeros"`` or ``"ignore"`` for blank cells.
-        frontal_only: keep frontal views only (LibAUC, seed 003).
+        frontal_only: keep frontal views only (LibAUC, Yao, Lin & Yang).
         task: a label name (binary task) or ``"multilabel"`` (all ``labels``).
         val_fraction: share of the training patients held out for validation.
         image_size: S, images are resized to S × S (LibAUC: 320).

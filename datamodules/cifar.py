@@ -1,4 +1,5 @@
-"""CIFAR-10 / CIFAR-100, long-tailed (LDAM protocol) and the binary imbalanced tasks of seeds 002 and 003.
+"""CIFAR-10 / CIFAR-100, long-tailed (LDAM protocol) and the binary imbalanced tasks of Wang et al. (AISTATS 2022)
+and Yao, Lin & Yang (NeurIPS 2022).
 
 Files: the python version of CIFAR as distributed by its author, https://www.cs.toronto.edu/~kriz/cifar.html
 (``cifar-10-python.tar.gz`` / ``cifar-100-python.tar.gz``), extracted into ``root``::
@@ -13,7 +14,7 @@ order; ``labels`` (CIFAR-10) or ``fine_labels`` / ``coarse_labels`` (CIFAR-100) 
 ``label_names`` / ``fine_label_names`` (reader: :mod:`fccolit.io.cifar`). ``download=True`` fetches and extracts the archive with torchvision's
 downloader (never used by the tests).
 
-Long tail (Cao et al. 2019, LDAM-DRW, ``imbalance_cifar.py``; anchor-ecosystem.md §2.5): with ``C`` classes,
+Long tail (Cao et al. 2019, LDAM-DRW, ``imbalance_cifar.py`` in https://github.com/kaidic/LDAM-DRW): with ``C`` classes,
 ``n_max = N_train / C`` and ``ρ = imb_factor``, class ``i`` keeps ``⌊n_max · (1/ρ)^{i/(C−1)}⌋`` images
 (``profile="exp"``; class 0 is the head) or ``n_max`` for the first ``C/2`` classes and ``⌊n_max / ρ⌋`` for the
 others (``"step"``). Which images: ``np.random.seed(seed)`` once, then for each class in label order shuffle its
@@ -24,18 +25,18 @@ balanced original.
 Tasks:
 
 * ``"multiclass"``: the long-tailed C-class problem; ``y`` is the class.
-* ``"one_vs_rest"`` (seed 003 §3.4, "binary CIFAR-10-LT"): ``positive_classes`` (default ``["cat"]``, class 3)
-  against the rest, on the long-tailed set: 1077 positives and 11,329 negatives at ρ = 100.
-* ``"binary_imbalanced"`` (seed 002 §3.1): half of the classes positive, then ``1 − positive_keep`` (98%) of the
-  positive training images removed at random; the test set unchanged (50% positive). Which half the paper does
-  not say: the default is the upper half, classes ``C/2 … C−1``, as LibAUC's ``ImbalancedDataGenerator`` (the
-  SOAP code the paper follows) [assumption]. CIFAR-10: 500 positives and 25,000 negatives before the split.
+* ``"one_vs_rest"`` (Yao, Lin & Yang, §6.1 and App. E.6, "binary CIFAR-10-LT"): ``positive_classes`` (default
+  ``["cat"]``, class 3) against the rest, on the long-tailed set: 1077 positives and 11,329 negatives at ρ = 100.
+* ``"binary_imbalanced"`` (Wang et al., §4.2): half of the classes positive, then ``1 − positive_keep`` (98%) of the
+  positive training images removed at random; the test set unchanged (50% positive). Which half the paper does not
+  say: the default is the upper half, classes ``C/2 … C−1``, as LibAUC's ``ImbalancedDataGenerator`` (the SOAP code
+  the paper follows) [assumption]. CIFAR-10: 500 positives and 25,000 negatives before the split.
 
 Validation: ``val_fraction`` of the (long-tailed, reduced) training set, seeded and stratified by the task's label
-(the class; positive / negative for the binary tasks). Defaults follow each protocol: 0.2 for
-``binary_imbalanced`` (seed 002: train / validation 4:1), 0.1 for ``one_vs_rest`` (seed 003: 9:1, whose paper
-reports the 9:1 split as its "testing set"; the balanced official test set is the ``test`` split here), 0 for
-``multiclass`` (LDAM has no validation split; the validation loader then uses the test set).
+(the class; positive / negative for the binary tasks). Defaults follow each protocol: 0.2 for ``binary_imbalanced``
+(Wang et al.: train / validation 4:1), 0.1 for ``one_vs_rest`` (Yao, Lin & Yang: 9:1, whose paper reports the 9:1
+split as its "testing set"; the balanced official test set is the ``test`` split here), 0 for ``multiclass`` (LDAM has
+no validation split; the validation loader then uses the test set).
 
 Augmentation (training only, ``augment=True``): LDAM's ``RandomCrop(32, padding=4)`` (zero padding) and
 ``RandomHorizontalFlip``, then normalization with mean ``(0.4914, 0.4822, 0.4465)`` and std
@@ -49,6 +50,14 @@ Batch fields: ``x`` ``[B, 3, 32, 32]`` float32; binary tasks add those of :func:
 (``y`` in {0, 1}, ``index``, ``pos_index``, ``neg_index``) and the original class as ``label``, with training
 batches from a :class:`~fccolit.samplers.DualSampler`; the multi-class task has ``y`` (the class) and ``index``,
 with shuffled training batches (:class:`~fccolit.samplers.uniform.UniformBatchSampler`).
+
+References:
+    * Wang et al. (AISTATS 2022): Guanghui Wang, Ming Yang, Lijun Zhang and Tianbao Yang, "Momentum Accelerates
+      the Convergence of Stochastic AUPRC Maximization", AISTATS 2022, arXiv:2107.01173.
+    * Yao, Lin & Yang (NeurIPS 2022): Yao Yao, Qihang Lin and Tianbao Yang, "Large-scale Optimization of Partial
+      AUC in a Range of False Positive Rates", NeurIPS 2022, arXiv:2203.01505.
+    * Cao et al. 2019: Kaidi Cao, Colin Wei, Adrien Gaidon, Nikos Arechiga and Tengyu Ma, "Learning Imbalanced
+      Datasets with Label-Distribution-Aware Margin Loss", NeurIPS 2019 (LDAM-DRW).
 """
 
 from __future__ import annotations
@@ -115,8 +124,8 @@ def long_tail_indices(labels: np.ndarray, counts: Sequence[int], seed: int = 0) 
 
 
 class CIFARLTDataModule(FCCODataModule):
-    """CIFAR-10/100 with the long-tailed training set of LDAM and the binary tasks of seeds 002 and 003 (see the
-    module docstring for the protocols).
+    """CIFAR-10/100 with the long-tailed training set of LDAM and the binary tasks of Wang et al. and Yao, Lin & Yang
+    (see the module docstring for the protocols).
 
     The decoded arrays are cached once (``<cache_dir>/<dataset>-<hash>/``, memory-mappable, keyed by the files);
     the long tail, the binary labels and the splits are recomputed from them in ``__init__`` (milliseconds), so
@@ -126,12 +135,12 @@ class CIFARLTDataModule(FCCODataModule):
         root: folder holding ``cifar-10-batches-py/`` or ``cifar-100-python/`` (or that folder itself).
         dataset: ``"cifar10"`` or ``"cifar100"``.
         imb_factor: ρ, largest / smallest class (None: 100 for ``multiclass`` and ``one_vs_rest``, the LDAM /
-            seed-003 setting; 1, no long tail, for ``binary_imbalanced``, which is built from the full set).
+            Yao, Lin & Yang setting; 1, no long tail, for ``binary_imbalanced``, which is built from the full set).
         profile: ``"exp"`` or ``"step"``.
         task: ``"multiclass"``, ``"one_vs_rest"`` or ``"binary_imbalanced"``.
         positive_classes: the positive classes of a binary task, as indices or names (None: ``["cat"]`` for
             ``one_vs_rest`` on CIFAR-10, which has no default on CIFAR-100; the upper half for ``binary_imbalanced``).
-        positive_keep: ``binary_imbalanced``: share of the positive training images kept (seed 002: 0.02).
+        positive_keep: ``binary_imbalanced``: share of the positive training images kept (Wang et al.: 0.02).
         val_fraction: validation share of the training set (None: the task's protocol, see the module docstring).
         augment: random crop and flip for training.
         batch_size: global training batch size.
@@ -251,7 +260,7 @@ class CIFARLTDataModule(FCCODataModule):
             if self.task == "binary_imbalanced":
                 return list(range(c // 2, c))
             if self.dataset == "cifar10":
-                return [3]  # cat (seed 003, Table 5)
+                return [3]  # cat (Yao, Lin & Yang, Table 5)
             raise ValueError("task='one_vs_rest' on CIFAR-100 needs positive_classes (indices or names)")
         out = []
         for item in given:

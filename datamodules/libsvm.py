@@ -69,8 +69,8 @@ class LibSVMDataModule(FCCODataModule):
     2. labels: the file must hold exactly two distinct labels ({−1, +1}, {0, 1}, {1, 2}, ...); ``y = 1`` for the
        larger one, or for ``positive_label`` when given (``positive_label=-1`` flips {−1, +1} data);
     3. ``pos_fraction``: drop positives of the training file at random until they are that share of it, before
-       splitting (seed 002's recipe for mushrooms and phishing: drop positives, then split). The stratified splits
-       then all keep that share, up to rounding; a ``.t`` test file is never changed;
+       splitting (the recipe of Wang et al., AISTATS 2022, §4.1, for mushrooms and phishing: drop positives, then
+       split). The stratified splits then all keep that share, up to rounding; a ``.t`` test file is never changed;
     4. split; 5. ``normalize`` ("minmax" to [0, 1] or "standard" to zero mean / unit variance per feature),
        fitted on the training split only and applied to all splits (constant features are only shifted).
 

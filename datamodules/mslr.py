@@ -16,7 +16,8 @@ Layouts found in ``root`` (first match): ``Fold{fold}/train.txt`` · ``train.txt
 ``set{yahoo_set}.train.txt`` · ``rank.train``. Formats: :mod:`fccolit.io.letor`. A layout without a validation
 file (LightGBM's example) validates on the test file, as that example's config does.
 
-Protocol (seed 000 §4.2; allRank's reproducibility scripts, anchor-ecosystem §1):
+Protocol (Qiu et al., ICML 2022, arXiv:2202.12183, §7.1 and App. D.2; allRank's reproducibility scripts,
+https://github.com/allegro/allRank):
 
 * features normalized per fold with training statistics (``normalize="allrank"``): features are negated when
   listed in ``negative_features`` (allRank's 0-based MSLR list 110–120, 123, 124), then transformed as

@@ -1,6 +1,6 @@
-"""The Netflix Prize data as a ranking problem (every user is a query over all movies): SONG's second
-recommendation benchmark (seed 000 §4.3: users with at least 100 ratings; 236,117 users, 17,770 movies,
-89,973,534 ratings after that filter).
+"""The Netflix Prize data as a ranking problem (every user is a query over all movies): SONG's second recommendation
+benchmark (Qiu et al., ICML 2022, arXiv:2202.12183, App. D.2: users with at least 100 ratings; 236,117 users, 17,770
+movies, 89,973,534 ratings after that filter).
 
 Get the data from Kaggle, https://www.kaggle.com/datasets/netflix-inc/netflix-prize-data (the original release
 is no longer distributed by Netflix; there is no ``download``: the files need a Kaggle login and may not be

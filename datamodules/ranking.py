@@ -109,13 +109,13 @@ class RecommendationDataModule(RankingDataModule):
 
     Protocols (``protocol``; ``num_test``, ``num_val`` and ``eval_negatives`` override its numbers):
 
-    * ``"paper"`` (seed 000 §4.3): leave-one-out by time: each user's latest rating is the test item, the one
-      before it the validation item, the rest train; evaluation ranks **all** items the user did not rate before
-      (full ranking, training items excluded), NDCG@{10, 20, 50}.
-    * ``"libauc"`` (LibAUC's MovieLens pipeline, anchor-ecosystem §2.2): the last 5 ratings are the test items,
-      the 5 before them the validation items, and a user's first rating always stays in training; evaluation
-      ranks the held-out items among 1000 items the user never rated, drawn once with ``eval_negatives_seed``
-      (fixed in the cache).
+    * ``"paper"`` (Qiu et al., ICML 2022, arXiv:2202.12183, §7.2): leave-one-out by time: each user's latest rating is
+      the test item, the one before it the validation item, the rest train; evaluation ranks **all** items the user
+      did not rate before (full ranking, training items excluded), NDCG@{10, 20, 50}.
+    * ``"libauc"`` (LibAUC's MovieLens pipeline, ``libauc/datasets/movielens.py``): the last 5 ratings are the test
+      items, the 5 before them the validation items, and a user's first rating always stays in training; evaluation
+      ranks the held-out items among 1000 items the user never rated, drawn once with ``eval_negatives_seed`` (fixed
+      in the cache).
 
     Users with fewer ratings than ``num_test + num_val + 1`` follow ``short_users`` (default ``"partial"``: they
     keep one training rating and hold out what is left, test first; ``"drop"``: removed; ``"train"``: all their

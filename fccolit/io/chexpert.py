@@ -24,7 +24,7 @@ OBSERVATIONS = (
     "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion", "Pleural Other", "Fracture",
     "Support Devices",
 )
-#: The five competition findings, in LibAUC's ``train_cols`` order (= seed 003's D1..D5).
+#: The five competition findings, in LibAUC's ``train_cols`` order (= D1..D5 of Yao, Lin & Yang, NeurIPS 2022).
 COMPETITION_LABELS = ("Cardiomegaly", "Edema", "Consolidation", "Atelectasis", "Pleural Effusion")
 _VALUES = {"1.0": 1.0, "1": 1.0, "0.0": 0.0, "0": 0.0, "-1.0": -1.0, "-1": -1.0, "": math.nan}
 
