@@ -30,7 +30,7 @@ frames (stratified by class, seeded; default 0.1 [assumption: DevSafety's own tr
 reproducible]) is the validation split. ``max_per_class`` subsamples each training class except the target
 (DevSafety's ``control_size=1000``; default None keeps all).
 
-Seed 004 (§1.5(c), §3.3): a ``target`` class (foggy or overcast) is learned while the other, ``protected``
+Chen et al. (§6 and App. F.3): a ``target`` class (foggy or overcast) is learned while the other, ``protected``
 classes must not get worse (one constraint each). With ``target`` set the task is binary (``y = 1`` for the
 target), with ``label`` (the class), ``group`` (the protected class's constraint index, −1 for the target and for
 classes that are neither) and per-class subsets: :meth:`~BDD100KDataModule.class_indices`, and

@@ -94,7 +94,7 @@ def omega(n, m, margin=MARGIN):
 
 def reference(x, y, batches, w0, *, weights, opt_step, decay, scale, project=True, fresh=True, hits=None,
               initial=None):
-    """Seed 002's algorithms written out eagerly. ``weights(t)`` gives β0 at step t; ``opt_step(w, G, t)`` the
+    """Wang et al.'s algorithms written out eagerly. ``weights(t)`` gives β0 at step t; ``opt_step(w, G, t)`` the
     optimizer; ``initial``: U₁ as a ``[2]`` row (None: the first visit sets u := ĝ). Returns the weights and U after
     every step."""
     n, m = len(y), int(y.sum())

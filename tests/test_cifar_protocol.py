@@ -1,5 +1,6 @@
-"""Seed 002's deep AUPRC protocol end to end through the CLI: cross-entropy pre-training (configs/cifar_lt/
-ce_pretrain.yaml) writes a checkpoint whose backbone the AP configs load with a re-initialized head."""
+"""The deep AUPRC protocol of Wang et al. (AISTATS 2022, §4.2) end to end through the CLI: cross-entropy pre-training
+(configs/cifar_lt/ce_pretrain.yaml) writes a checkpoint whose backbone the AP configs load with a re-initialized
+head."""
 
 from pathlib import Path
 

@@ -1,5 +1,5 @@
-"""Seed 004: the outer functions' closed forms, SONEX's estimator and tracking, ALEXR2's dual step and inner loop,
-and the constrained toy problem with a known answer (all float64)."""
+"""Chen et al. (NeurIPS 2025): the outer functions' closed forms, SONEX's estimator and tracking, ALEXR2's dual step
+and inner loop, and the constrained toy problem with a known answer (all float64)."""
 
 import math
 import warnings

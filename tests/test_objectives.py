@@ -208,7 +208,7 @@ def test_pnorm_push_sox_estimator_is_unbiased_and_bsgd_is_not_exact_expectation(
 
 
 def test_pnorm_push_unbiasedness_monte_carlo():
-    """Seed 001 §5.1 item 2: random batches (B1 = 4 negatives, B2 = 1 positive), u fixed to the exact g:
+    """Unbiasedness by Monte Carlo: random batches (B1 = 4 negatives, B2 = 1 positive), u fixed to the exact g:
     the SOX estimator's mean is within 5 standard errors of ∇F on every coordinate; BSGD's is not (B2 = 1: the
     plug-in f(ĝ) is most biased with the smallest inner batch; the exact size of the bias is checked above)."""
     full, sizes = binary_data(n=40, d=3, m=12, seed=4)
@@ -278,7 +278,7 @@ def ap_batches(fields, p, q):
 
 
 def note_formula_estimate(objective, scores, batch, sizes):
-    """Seed 002 §1.6 as printed: (m/P) Σ_{B+} ℓ and (m/P) Σ_{B+} ℓ + ((n−m)/Q) Σ_{B−} ℓ (mean scale)."""
+    """The plain class reweighting: (m/P) Σ_{B+} ℓ and (m/P) Σ_{B+} ℓ + ((n−m)/Q) Σ_{B−} ℓ (mean scale)."""
     s = torch.sigmoid(scores)
     y = batch["y"].double()
     anchors = (batch["pos_index"] >= 0).nonzero().flatten()
