@@ -48,6 +48,18 @@ def _parameters(cls: type) -> list[str]:
     return names
 
 
+def home_path(cls: type) -> str:
+    """The class's path in its subpackage, e.g. ``fccolit.algorithms.SOX`` or ``fccolit.optim.Momentum``: the
+    shortest import path below the top-level package (jsonargparse names the shortest of all, which for the classes
+    that ``fccolit`` re-exports is ``fccolit.SOX``)."""
+    parts = cls.__module__.split(".")
+    for n in range(min(2, len(parts)), len(parts) + 1):
+        module = importlib.import_module(".".join(parts[:n]))
+        if getattr(module, cls.__qualname__, None) is cls:
+            return f"{module.__name__}.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def unknown_option_hint(message: str) -> str:
     """A line for jsonargparse's errors about a misspelled key: the closest valid name and the valid ones ("" for
     other errors). Handles "Problem with given class_path 'C': ... Option 'x' is not accepted" (model, data,
@@ -69,9 +81,11 @@ def unknown_option_hint(message: str) -> str:
         return ""
     module, _, name = class_path.rpartition(".")
     try:
-        parameters = _parameters(getattr(importlib.import_module(module), name))
+        cls = getattr(importlib.import_module(module), name)
+        parameters = _parameters(cls)
     except (ImportError, AttributeError, TypeError, ValueError):
         return ""
+    class_path = home_path(cls)
     close = difflib.get_close_matches(option, parameters, n=1)
     guess = f" Did you mean '{close[0]}'?" if close else ""
     return f"\n'{option}' is not a parameter of {class_path}.{guess} Its parameters: {', '.join(parameters)}."
