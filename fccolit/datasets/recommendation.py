@@ -249,7 +249,20 @@ class RecommendationTrainDataset(Dataset):
         return batch
 
 
-class FullRankingEvalDataset(Dataset):
+class _UserEvalDataset(Dataset):
+    """An evaluation dataset with one item per evaluated user (``self.users``) that builds whole batches in
+    ``__getitems__``."""
+
+    users: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.users.size)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {k: v[0] for k, v in self.__getitems__([i]).items()}
+
+
+class FullRankingEvalDataset(_UserEvalDataset):
     """Full-ranking evaluation batches of one held-out split: row ``i`` is the i-th user holding out an item.
 
     Args:
@@ -264,12 +277,6 @@ class FullRankingEvalDataset(Dataset):
         self.a, self.split = arrays, split
         self.users = np.flatnonzero(np.diff(arrays[f"{split}_indptr"]) > 0).astype(np.int64)
         self.known = ["train", "val" if split == "test" else "test"]
-
-    def __len__(self) -> int:
-        return int(self.users.size)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {k: v[0] for k, v in self.__getitems__([i]).items()}
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         rows = np.asarray(list(indices), dtype=np.int64)
@@ -289,7 +296,7 @@ class FullRankingEvalDataset(Dataset):
         }
 
 
-class SampledCandidatesEvalDataset(Dataset):
+class SampledCandidatesEvalDataset(_UserEvalDataset):
     """LibAUC's evaluation batches: each user's held-out items (padded to ``width`` columns) followed by the
     fixed sampled unrated negatives of the split.
 
@@ -302,12 +309,6 @@ class SampledCandidatesEvalDataset(Dataset):
     def __init__(self, arrays: Mapping[str, np.ndarray], split: Literal["val", "test"], width: int):
         self.a, self.split, self.width = arrays, split, int(width)
         self.users = np.asarray(arrays[f"{split}_users"], dtype=np.int64)
-
-    def __len__(self) -> int:
-        return int(self.users.size)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {k: v[0] for k, v in self.__getitems__([i]).items()}
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         rows = np.asarray(list(indices), dtype=np.int64)
