@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from fccolit.data import binary_fields, binary_sizes
+from fccolit.data import binary_fields, binary_sizes, check_split_fractions
 from fccolit.samplers.base import RankAwareBatchSampler
 from fccolit.samplers.group import GroupBatchSampler, StratifiedBatchSampler
 
@@ -160,8 +160,7 @@ class SyntheticGroupedDataModule(GroupedDataModule):
         )
         if num_groups < 1 or imbalance < 1.0:
             raise ValueError(f"need num_groups >= 1 and imbalance >= 1, got {num_groups} and {imbalance}")
-        if val_fraction + test_fraction >= 1.0:
-            raise ValueError("val_fraction + test_fraction must leave data for training")
+        check_split_fractions(val_fraction, test_fraction)
         exponent = [k / max(num_groups - 1, 1) for k in range(num_groups)]
         sizes = [max(3, round(max_group_size * imbalance ** (-e))) for e in exponent]
         x, y, group = make_grouped_binary(sizes, num_features, shift, noise, seed)

@@ -6,7 +6,7 @@ from typing import Literal
 
 import torch
 
-from fccolit.data import binary_fields, binary_sizes, random_splits
+from fccolit.data import binary_fields, binary_sizes, check_split_fractions, random_splits
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
 
@@ -74,8 +74,7 @@ class SyntheticBinaryDataModule(FCCODataModule):
         self.anchor_sampling = anchor_sampling
         if not 0.0 < pos_fraction < 1.0:
             raise ValueError(f"pos_fraction must be in (0, 1), got {pos_fraction}")
-        if val_fraction + test_fraction >= 1.0:
-            raise ValueError("val_fraction + test_fraction must leave data for training")
+        check_split_fractions(val_fraction, test_fraction)
         self.batch_size, self.num_positives, self.seed = batch_size, num_positives, seed
         x, y = make_imbalanced_binary(num_samples, num_features, pos_fraction, noise, seed)
         parts = random_splits(num_samples, val_fraction, test_fraction, seed + 1)
@@ -132,8 +131,7 @@ class SyntheticMultiLabelDataModule(FCCODataModule):
         super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
         if not 0.0 <= unlabeled_fraction < 1.0:
             raise ValueError(f"unlabeled_fraction must be in [0, 1), got {unlabeled_fraction}")
-        if val_fraction + test_fraction >= 1.0:
-            raise ValueError("val_fraction + test_fraction must leave data for training")
+        check_split_fractions(val_fraction, test_fraction)
         self.batch_size, self.seed = batch_size, seed
         self.tasks_per_batch = tasks_per_batch_for(batch_size, num_tasks, tasks_per_batch)
         block = batch_size // self.tasks_per_batch

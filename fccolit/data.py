@@ -33,12 +33,21 @@ class TensorDictDataset(Dataset):
         return {k: v.index_select(0, idx) for k, v in self.fields.items()}
 
 
+def check_split_fractions(val_fraction: float, test_fraction: float) -> None:
+    """Raise ``ValueError`` unless the validation and test shares are in [0, 1) and leave rows for training."""
+    if not (0.0 <= val_fraction < 1.0 and 0.0 <= test_fraction < 1.0) or val_fraction + test_fraction >= 1.0:
+        raise ValueError(
+            f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must be in [0, 1) and leave data for training"
+        )
+
+
 def random_splits(num_rows: int, val_fraction: float, test_fraction: float, seed: int) -> dict[str, torch.Tensor]:
     """Row indices of a seeded random train / validation / test split: ``{"train", "val", "test"}`` → ``[N_s]`` long.
 
     One permutation of ``num_rows`` (``torch.randperm`` seeded with ``seed``): the first ``round(val_fraction · N)``
     rows are the validation split, the next ``round(test_fraction · N)`` the test split, the rest training.
     """
+    check_split_fractions(val_fraction, test_fraction)
     order = torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed))
     n_val, n_test = round(val_fraction * num_rows), round(test_fraction * num_rows)
     return {"val": order[:n_val], "test": order[n_val : n_val + n_test], "train": order[n_val + n_test :]}
