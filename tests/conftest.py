@@ -3,6 +3,8 @@ import os
 import pytest
 import torch
 
+from fccolit.testing import bdd_frames, write_bdd100k
+
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
 
@@ -17,3 +19,12 @@ def binary_batch():
     pos_index = torch.full_like(y, -1)
     pos_index[y == 1] = torch.arange(m)
     return {"x": x, "y": y, "index": torch.arange(n), "pos_index": pos_index}
+
+
+@pytest.fixture(scope="module")
+def bdd_root(tmp_path_factory):
+    """A generated BDD100K (2018 labels JSON and 96 × 54 JPEGs; every weather class present): ``(root, frames)``."""
+    root = tmp_path_factory.mktemp("bdd")
+    frames = bdd_frames()
+    write_bdd100k(root, frames=frames, version="2018", image_size=(96, 54), seed=0)
+    return root, frames
