@@ -6,6 +6,9 @@ from fccolit.datamodules.chexpert import CheXpertDataModule
 from fccolit.datamodules.cifar import CIFARLTDataModule
 from fccolit.datamodules.fairness import FairnessDataModule
 from fccolit.datamodules.grouped import GroupedDataModule, SyntheticGroupedDataModule
+from fccolit.datamodules.hf import (
+    HFClassificationDataModule, HFGroupedDataModule, HFRankingDataModule, HFRecommendationDataModule,
+)
 from fccolit.datamodules.libsvm import LibSVMDataModule
 from fccolit.datamodules.movielens import MovieLensDataModule
 from fccolit.datamodules.mslr import MSLRDataModule
@@ -16,6 +19,7 @@ from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
 from fccolit.datamodules.synthetic_multiclass import SyntheticMulticlassDataModule
 
 __all__ = [
-    "FCCODataModule", "BDD100KDataModule", "CheXpertDataModule", "CIFARLTDataModule", "SyntheticMultiLabelDataModule", "FairnessDataModule", "GroupedDataModule", "SyntheticGroupedDataModule", "LibSVMDataModule", "MSLRDataModule", "MovieLensDataModule", "NetflixDataModule",
+    "FCCODataModule", "BDD100KDataModule", "CheXpertDataModule", "CIFARLTDataModule", "SyntheticMultiLabelDataModule", "FairnessDataModule", "GroupedDataModule", "SyntheticGroupedDataModule",
+    "HFClassificationDataModule", "HFGroupedDataModule", "HFRankingDataModule", "HFRecommendationDataModule", "LibSVMDataModule", "MSLRDataModule", "MovieLensDataModule", "NetflixDataModule",
     "RankingDataModule", "RecommendationDataModule", "SyntheticBinaryDataModule", "SyntheticMulticlassDataModule", "SyntheticRankingDataModule",
 ]

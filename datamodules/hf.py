@@ -1,0 +1,624 @@
+"""Your own data through Hugging Face ``datasets``: Parquet, Arrow, CSV or JSON files, a folder saved with
+``save_to_disk``, a ``datasets.Dataset`` / ``DatasetDict`` in memory, or a Hub name where the network allows.
+
+Four DataModules map a table's columns onto the batch fields the algorithms read and feed the library's samplers:
+
+==============================  ==================================================  ================================
+class                           columns                                             training batches
+==============================  ==================================================  ================================
+:class:`HFClassificationDataModule`  ``features`` or ``image``; ``label`` (one column:   :class:`~fccolit.samplers.DualSampler` /
+                                binary; several, or a list column: multi-label)     :class:`~fccolit.samplers.MultiLabelSampler`
+:class:`HFGroupedDataModule`    ``features``, ``label``, ``group``                  :class:`~fccolit.samplers.group.GroupBatchSampler`
+                                                                                    (or stratified by group × label)
+:class:`HFRankingDataModule`    ``query``, ``features``, ``relevance`` (LTR lists)  :class:`~fccolit.samplers.ranking.QueryBatchSampler`
+:class:`HFRecommendationDataModule`  ``user``, ``item``, ``rating`` (, ``time``)     :class:`~fccolit.samplers.ranking.QueryBatchSampler`
+==============================  ==================================================  ================================
+
+Caching is ``datasets``' own: a file is converted once into an Arrow table in ``cache_dir`` (default: ``datasets``'
+cache, ``~/.cache/huggingface/datasets`` or ``$HF_DATASETS_CACHE``), keyed by its fingerprint, and memory-mapped on
+every later load; splits are index selections of that table (no copy). The classification and grouped DataModules
+read the input columns a batch at a time from the memory-mapped table (:class:`~fccolit.datasets.hf.ArrowRowsDataset`);
+only the labels, groups and row indices are held in memory. The ranking DataModules read their columns into memory
+(their samplers index whole query lists).
+
+Splits: the dataset's ``train`` split (``train_split``) trains; ``val_split`` / ``test_split`` name the evaluation
+splits (None: ``validation``, ``valid``, ``val`` or ``dev``, and ``test``, when present). A missing evaluation split
+is held out of the training split, ``val_fraction`` / ``test_fraction`` of its rows (stratified by label, by
+(group, label) for grouped data, by query for ranking), seeded by ``seed``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from fccolit.data import binary_fields
+from fccolit.datasets.hf import ArrowRowsDataset
+from fccolit.datasets.images import IMAGENET_MEAN, IMAGENET_STD
+from fccolit.datasets.letor import ListEvalDataset, ListwiseTrainDataset, ltr_pair_arrays
+from fccolit.datasets.splits import stratified_split
+from fccolit.io.letor import group_by_query
+from fccolit.io.ratings import Ratings
+from fccolit.samplers import DualSampler, RankAwareBatchSampler
+from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
+
+from fccolit.datamodules.base import FCCODataModule
+from fccolit.datamodules.grouped import GroupedDataModule
+from fccolit.datamodules.ranking import RankingDataModule, RecommendationDataModule
+
+__all__ = [
+    "HFClassificationDataModule", "HFGroupedDataModule", "HFRankingDataModule", "HFRecommendationDataModule",
+    "load_hf_dataset",
+]
+
+_SPLITS = ("train", "val", "test")
+#: split names looked for when ``val_split`` / ``test_split`` is None
+SPLIT_NAMES = {"val": ("validation", "valid", "val", "dev"), "test": ("test",)}
+#: file suffix → ``datasets`` builder
+FILE_BUILDERS = {".parquet": "parquet", ".arrow": "arrow", ".csv": "csv", ".json": "json", ".jsonl": "json"}
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+def load_hf_dataset(source: Any, config_name: str | None = None, cache_dir: str | os.PathLike | None = None):
+    """A ``datasets.DatasetDict`` from ``source``:
+
+    * a ``datasets.Dataset`` (becomes the ``train`` split) or ``DatasetDict``: used as it is;
+    * a folder written by ``save_to_disk``: ``datasets.load_from_disk`` (memory-mapped, nothing converted);
+    * a data file (``.parquet``, ``.arrow``, ``.csv``, ``.json``, ``.jsonl``; the ``train`` split) or a folder of
+      them (splits from the file names, e.g. ``train.parquet`` + ``test.parquet``): ``datasets.load_dataset``,
+      converted to Arrow once in ``cache_dir``;
+    * anything else: a Hub name, ``datasets.load_dataset(source, config_name)`` (needs the network, or the Hub
+      cache with ``HF_DATASETS_OFFLINE=1``).
+
+    Raises:
+        FileNotFoundError: ``source`` looks like a path (it has a data-file suffix or starts with ``.`` or ``/``) but
+            nothing is there.
+        ValueError: a file with another suffix; a Hub name that cannot be loaded (the message keeps the cause).
+    """
+    import datasets
+
+    if isinstance(source, datasets.DatasetDict):
+        return source
+    if isinstance(source, datasets.Dataset):
+        return datasets.DatasetDict({"train": source})
+    cache = None if cache_dir is None else str(cache_dir)
+    path = Path(os.fspath(source)).expanduser()
+    if path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file()):
+        loaded = datasets.load_from_disk(str(path))
+        return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
+    if path.is_file():
+        builder = FILE_BUILDERS.get(path.suffix.lower())
+        if builder is None:
+            raise ValueError(f"{path}: unknown data file type {path.suffix!r}; use one of {sorted(FILE_BUILDERS)}")
+        return datasets.load_dataset(builder, data_files=str(path), cache_dir=cache)
+    if path.is_dir():
+        return datasets.load_dataset(str(path), cache_dir=cache)
+    text = os.fspath(source)
+    if path.suffix.lower() in FILE_BUILDERS or text.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"no data file or folder at {path}")
+    try:
+        return datasets.load_dataset(text, config_name, cache_dir=cache)
+    except Exception as error:  # offline, unknown name, private repository ...: say which source failed
+        raise ValueError(
+            f"{text!r} is neither a local file or folder nor a loadable Hub data set ({type(error).__name__}: {error})"
+        ) from error
+
+
+def describe(source: Any) -> str:
+    """A short name of ``source`` for error messages: the path or Hub name, or ``"the given Dataset"``."""
+    return repr(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else f"the given {type(source).__name__}"
+
+
+def require_columns(table: Any, columns: Sequence[str], where: str) -> None:
+    """Raise ``ValueError`` naming the first of ``columns`` that ``table`` lacks, the columns it has, and any column
+    with missing (null) values."""
+    for name in columns:
+        if name not in table.column_names:
+            raise ValueError(f"{where}: no column {name!r}; the columns are {table.column_names}")
+        nulls = table.data.column(name).null_count
+        if nulls:
+            raise ValueError(
+                f"{where}: column {name!r} has {nulls} missing values; fill or drop those rows first "
+                "(datasets.Dataset.map / filter)"
+            )
+
+
+def column(table: Any, name: str) -> np.ndarray:
+    """The whole column ``name`` of ``table`` as numpy (``[N]``, or ``[N, K]`` for a fixed-length list column)."""
+    return np.asarray(table.with_format("numpy", columns=[name])[name])
+
+
+def named_splits(tables: Any, source: Any, train_split: str, val_split: str | None, test_split: str | None) -> dict:
+    """``{"train": table, "val": table or None, "test": table or None}`` from the split names of ``tables``."""
+    where = describe(source)
+    if train_split not in tables:
+        raise ValueError(f"{where}: no split {train_split!r} (train_split); the splits are {list(tables)}")
+    chosen = {"train": tables[train_split]}
+    for role, given in (("val", val_split), ("test", test_split)):
+        if given is not None and given not in tables:
+            raise ValueError(f"{where}: no split {given!r} ({role}_split); the splits are {list(tables)}")
+        name = given if given is not None else next((n for n in SPLIT_NAMES[role] if n in tables), None)
+        chosen[role] = None if name is None or name == train_split else tables[name]
+    return chosen
+
+
+def read_tables(
+    dataset: Any, config_name: str | None, cache_dir: Any, train_split: str, val_split: str | None,
+    test_split: str | None, columns: Sequence[str],
+) -> tuple[dict, str]:
+    """The named splits of ``dataset`` (:func:`named_splits`; an absent evaluation split is None), each checked
+    to hold ``columns`` without missing values, and the source's name for error messages."""
+    where = describe(dataset)
+    tables = named_splits(load_hf_dataset(dataset, config_name, cache_dir), dataset, train_split, val_split, test_split)
+    for split, table in tables.items():
+        if table is not None:
+            require_columns(table, columns, f"{where} ({split} split)")
+    return tables, where
+
+
+def select_rows(per_split: dict[str, Any], positions: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """``per_split`` (in-memory rows of the named splits: tensors or arrays) completed with the splits that
+    :func:`hold_out` took from the training split, and the training split reduced to the rows it kept."""
+    train = per_split["train"]
+    rows = {s: torch.from_numpy(p) if torch.is_tensor(train) else p for s, p in positions.items()}
+    return {**per_split, **{s: train[r] for s, r in rows.items()}}
+
+
+def without_inputs(y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """:func:`fccolit.data.binary_fields` of the labels ``y`` without ``x``: the inputs stay in the Arrow table."""
+    fields = binary_fields(torch.empty(y.numel(), 0), y)
+    del fields["x"]
+    return fields
+
+
+def hold_out(
+    splits: dict, strata: np.ndarray, val_fraction: float, test_fraction: float, seed: int,
+    units: np.ndarray | None = None,
+) -> tuple[dict, dict[str, np.ndarray]]:
+    """Fill the missing (None) evaluation splits of ``splits`` with rows of the training split: ``test_fraction``
+    and ``val_fraction`` of its rows, each stratum (``strata [N_train]``: label or cell) in proportion
+    (:func:`~fccolit.datasets.splits.stratified_split`), seeded by ``seed``. With ``units`` (``[N_train]`` ids
+    ``0..U−1``, e.g. each row's query) whole units are held out: the fractions count units and ``strata`` is
+    ``[U]``.
+
+    Returns:
+        the three tables, and ``{split: positions [N_s] in the original training split}`` for ``"train"`` and each
+        split held out of it.
+    """
+    fractions = {"test": test_fraction, "val": val_fraction}
+    missing = [s for s in ("test", "val") if splits[s] is None]
+    if not (0.0 <= val_fraction < 1.0 and 0.0 <= test_fraction < 1.0 and sum(fractions[s] for s in missing) < 1.0):
+        raise ValueError(f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must leave training rows")
+    rng = np.random.default_rng([int(seed), 0x4F])
+    left, chosen, rest = 1.0, {}, np.arange(strata.size)
+    for split in missing:
+        kept, held = stratified_split(strata[rest], fractions[split] / left, rng)
+        chosen[split], rest, left = rest[held], rest[kept], left - fractions[split]
+    chosen["train"] = rest
+    positions = chosen if units is None else {s: np.flatnonzero(np.isin(units, u)) for s, u in chosen.items()}
+    tables = dict(splits)
+    if missing:
+        tables.update({s: splits["train"].select(p) for s, p in positions.items()})
+    return tables, positions
+
+
+def binary_labels(raw: Mapping[str, np.ndarray], positive_label: Any, where: str) -> tuple[dict[str, torch.Tensor], tuple]:
+    """``y`` ``[N_s]`` long in {0, 1} per split from the raw label columns ``raw``, and the raw ``(negative,
+    positive)`` values. Every split's labels must be one of the training split's two values; the positive class is
+    ``positive_label``, or the larger value (1 of {0, 1}, True of booleans)."""
+    values = np.unique(raw["train"])
+    if values.size != 2:
+        shown = ", ".join(map(str, values[:10].tolist()))
+        raise ValueError(f"{where}: a binary label column needs exactly two values in the training split, found "
+                         f"{values.size}: {shown}")
+    if positive_label is None:
+        negative, positive = values[0], values[1]
+    else:
+        matches = [v for v in values.tolist() if v == positive_label or str(v) == str(positive_label)]
+        if not matches:
+            raise ValueError(f"{where}: positive_label={positive_label!r} is not one of the labels {values.tolist()}")
+        positive = matches[0]
+        negative = next(v for v in values.tolist() if v != positive)
+    y = {}
+    for split, labels in raw.items():
+        unknown = np.setdiff1d(np.unique(labels), values)
+        if unknown.size:
+            raise ValueError(f"{where}: the {split} split has labels {unknown[:5].tolist()} that the training split "
+                             f"does not have ({values.tolist()})")
+        y[split] = torch.from_numpy((labels == positive).astype(np.int64))
+    return y, (negative.item() if hasattr(negative, "item") else negative, positive.item() if hasattr(positive, "item") else positive)
+
+
+def feature_width(table: Any, features: Sequence[str]) -> int:
+    """D: one per scalar column, the list length for a list column (every row the same length)."""
+    width = 0
+    for name in features:
+        values = column(table.select(range(min(len(table), 1))), name)
+        width += 1 if values.ndim == 1 else int(values.shape[1])
+    return width
+
+
+def as_list(columns: str | Sequence[str] | None) -> list[str]:
+    return [] if columns is None else [columns] if isinstance(columns, str) else list(columns)
+
+
+# ------------------------------------------------------------------------------------------- classification
+class HFClassificationDataModule(FCCODataModule):
+    """Binary or multi-label classification on a ``datasets`` table (see the module docstring for the sources,
+    the cache and the splits).
+
+    * **binary** (``label`` one column of two values): batch fields ``x``, ``y`` ``[B]`` long in {0, 1}, ``index``
+      (row in its split), ``pos_index`` / ``neg_index`` (row among the split's positives / negatives, −1
+      otherwise) as :func:`fccolit.data.binary_fields`; training batches from a
+      :class:`~fccolit.samplers.DualSampler` (``num_positives`` positives each). Sizes: ``num_samples``,
+      ``num_positives``, ``num_negatives`` (and ``num_features``).
+    * **multi-label** (``label`` several columns, or one column holding a list per row): label 1 positive, 0
+      negative, anything else (−1, null in a list) unlabeled for that task; training batches of
+      ``tasks_per_batch`` tasks × ``num_positives`` positives and ``batch_size / tasks_per_batch − num_positives``
+      negatives (:class:`~fccolit.samplers.MultiLabelSampler`, fields of
+      :class:`~fccolit.samplers.multilabel.MultiLabelPairDataset`); evaluation: ``x``, ``y`` ``[B, T]``, ``index``.
+      Sizes of :func:`~fccolit.samplers.multilabel.multilabel_sizes` (and ``num_features``).
+
+    ``x`` is ``[B, D]`` float32 from ``features`` (scalar columns, or a list column), or ``[B, C, H, W]`` from an
+    ``image`` column (:class:`~fccolit.datasets.hf.ArrowRowsDataset`).
+
+    Args:
+        dataset: a data file or folder, a ``save_to_disk`` folder, a Hub name, or a ``datasets.Dataset`` /
+            ``DatasetDict`` (:func:`load_hf_dataset`).
+        label: the label column (binary), or the label columns / one list column (multi-label).
+        features: the input columns (exclusive with ``image``).
+        image: an image column.
+        positive_label: the raw value of the positive class (binary; None: the larger of the two values).
+        train_split, val_split, test_split, val_fraction, test_fraction: the splits (module docstring).
+        batch_size: global training batch size.
+        num_positives: positives per batch (binary) or per task of a batch (multi-label; None: half a task's block).
+        num_batches: training batches per epoch (None: a pass over the negatives (binary) or the rows).
+        anchor_sampling: binary: ``"permutation"`` or ``"with_replacement"`` (:class:`~fccolit.samplers.DualSampler`).
+        tasks_per_batch: multi-label K (None: the largest divisor of ``batch_size`` up to the number of tasks).
+        augment: images: random crop and flip of training batches.
+        image_mean, image_std: images: per-channel normalization of [0, 1] pixels.
+        seed: seeds the held-out splits and the sampler.
+        config_name: the Hub configuration (subset) of a Hub data set.
+        cache_dir: ``datasets``' cache for converted files and Hub downloads (None: its default).
+        num_workers, eval_batch_size: DataLoader workers and evaluation batch size.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        label: str | list[str],
+        features: str | list[str] | None = None,
+        image: str | None = None,
+        positive_label: Any = None,
+        train_split: str = "train",
+        val_split: str | None = None,
+        test_split: str | None = None,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        batch_size: int = 64,
+        num_positives: int | None = 16,
+        num_batches: int | None = None,
+        anchor_sampling: Literal["permutation", "with_replacement"] = "permutation",
+        tasks_per_batch: int | None = None,
+        augment: bool = False,
+        image_mean: tuple[float, ...] = IMAGENET_MEAN,
+        image_std: tuple[float, ...] = IMAGENET_STD,
+        seed: int = 0,
+        config_name: str | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        num_workers: int = 0,
+        eval_batch_size: int = 1024,
+    ) -> None:
+        super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
+        self.features, self.image = as_list(features), image
+        if bool(self.features) == (image is not None):
+            raise ValueError("HFClassificationDataModule: give the input as either features= (columns) or image= (a column)")
+        self.batch_size, self.num_batches, self.anchor_sampling, self.seed = batch_size, num_batches, anchor_sampling, seed
+        self.num_positives, self.tasks_per_batch = num_positives, tasks_per_batch
+        self.augment, self.image_mean, self.image_std = augment, tuple(image_mean), tuple(image_std)
+        labels = as_list(label)
+        tables, where = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
+                                    labels + self.features + as_list(image))
+        self.multilabel = len(labels) > 1 or column(tables["train"].select(range(1)), labels[0]).ndim == 2
+        self.label_columns = labels
+
+        if self.multilabel:
+            read = {s: self._label_matrix(t) for s, t in tables.items() if t is not None}
+            strata = np.zeros(len(tables["train"]), dtype=np.int64)
+        else:
+            raw = {s: column(t, labels[0]) for s, t in tables.items() if t is not None}
+            read, self.label_values = binary_labels(raw, positive_label, f"{where}, column {labels[0]!r}")
+            strata = read["train"].numpy()
+        self.tables, positions = hold_out(tables, strata, val_fraction, test_fraction, seed)
+        self.labels = select_rows(read, positions)
+        self.sizes = self._sizes()
+
+    def _label_matrix(self, table: Any) -> torch.Tensor:
+        """``[N, T]`` long: 1, 0, or −1 (any other value or a null inside a list column: unlabeled)."""
+        if len(self.label_columns) == 1:
+            values = column(table, self.label_columns[0])
+            if values.dtype == object:
+                raise ValueError(f"label column {self.label_columns[0]!r}: every row needs a list of the same length")
+        else:
+            values = np.stack([column(table, c) for c in self.label_columns], axis=1)
+        values = np.asarray(values, dtype=np.float64)
+        return torch.from_numpy(np.where(values == 1, 1, np.where(values == 0, 0, -1)).astype(np.int64))
+
+    def _sizes(self) -> dict[str, int]:
+        width = {"num_features": feature_width(self.tables["train"], self.features)} if self.features else {}
+        y = self.labels["train"]
+        if self.multilabel:
+            return {**multilabel_sizes(y), **width}
+        positives = int(y.sum())
+        if not 0 < positives < y.numel():
+            raise ValueError(f"the training split needs both classes, it has {positives} positives among {y.numel()} rows")
+        return {"num_samples": y.numel(), "num_positives": positives, "num_negatives": y.numel() - positives, **width}
+
+    def _rows(self, split: str, fields: dict[str, torch.Tensor], augment: bool = False) -> ArrowRowsDataset:
+        return ArrowRowsDataset(self.tables[split], fields, self.features, self.image, augment=augment,
+                                mean=self.image_mean, std=self.image_std)
+
+    def _fields(self, split: str) -> dict[str, torch.Tensor]:
+        y = self.labels[split]
+        return {"y": y, "index": torch.arange(y.shape[0])} if self.multilabel else without_inputs(y)
+
+    def setup(self, stage: str | None = None) -> None:
+        train = self._rows("train", self._fields("train"), augment=self.augment)
+        self.train_dataset = MultiLabelPairDataset(train, self.labels["train"]) if self.multilabel else train
+        self.val_dataset = self._rows("val", self._fields("val"))
+        self.test_dataset = self._rows("test", self._fields("test"))
+
+    def build_train_sampler(self) -> RankAwareBatchSampler:
+        y = self.labels["train"]
+        if not self.multilabel:
+            return DualSampler(y, self.batch_size, self.num_positives, num_batches=self.num_batches,
+                               anchor_sampling=self.anchor_sampling, seed=self.seed)
+        tasks = tasks_per_batch_for(self.batch_size, y.shape[1], self.tasks_per_batch)
+        block = self.batch_size // tasks
+        positives = block // 2 if self.num_positives is None else int(self.num_positives)
+        if not 0 < positives < block:
+            raise ValueError(f"num_positives must be in [1, {block - 1}] (a task's block of the batch), got {positives}")
+        return MultiLabelSampler(y, tasks, positives, block - positives, num_batches=self.num_batches, seed=self.seed)
+
+
+# -------------------------------------------------------------------------------------------------- grouped
+class HFGroupedDataModule(GroupedDataModule):
+    """Binary classification with a group column (group DRO, ROC-fairness constraints) on a ``datasets`` table.
+
+    Batch fields: ``x`` ``[B, D]`` float32 (``features``), ``y``, ``index``, ``pos_index``, ``neg_index``
+    (:func:`fccolit.data.binary_fields`) and ``group`` ``[B]`` long in ``0..G−1`` (the distinct values of the
+    ``group`` column of the training split in increasing order: :attr:`group_values`). Training batches as
+    :class:`~fccolit.datamodules.grouped.GroupedDataModule` (B1 groups × B2 rows, or shuffled / stratified by
+    (group, label) cell). Held-out splits are stratified by that cell. Sizes: ``num_samples``, ``num_positives``,
+    ``num_negatives``, ``num_features``, ``num_groups``.
+
+    Args:
+        dataset, features, positive_label, train_split, val_split, test_split, val_fraction, test_fraction,
+            config_name, cache_dir: as :class:`HFClassificationDataModule`.
+        label: the binary label column.
+        group: the group column (any values: numbers, strings, booleans).
+        (the rest): see :class:`~fccolit.datamodules.grouped.GroupedDataModule`.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        features: str | list[str],
+        label: str,
+        group: str,
+        positive_label: Any = None,
+        train_split: str = "train",
+        val_split: str | None = None,
+        test_split: str | None = None,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        batch_size: int = 128,
+        groups_per_batch: int | None = None,
+        samples_per_group: int = 32,
+        paired: bool = False,
+        stratify_by_cell: bool = False,
+        num_batches: int | None = None,
+        seed: int = 0,
+        config_name: str | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        num_workers: int = 0,
+        eval_batch_size: int = 1024,
+    ) -> None:
+        super().__init__(
+            batch_size=batch_size, groups_per_batch=groups_per_batch, samples_per_group=samples_per_group,
+            paired=paired, num_batches=num_batches, seed=seed, num_workers=num_workers, eval_batch_size=eval_batch_size,
+            stratify_by_cell=stratify_by_cell,
+        )
+        self.features = as_list(features)
+        tables, where = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
+                                    [label, group, *self.features])
+        raw = {s: column(t, label) for s, t in tables.items() if t is not None}
+        y, self.label_values = binary_labels(raw, positive_label, f"{where}, column {label!r}")
+        groups = {s: column(t, group) for s, t in tables.items() if t is not None}
+        self.group_values = np.unique(groups["train"])
+        for split, values in groups.items():
+            unknown = np.setdiff1d(np.unique(values), self.group_values)
+            if unknown.size:
+                raise ValueError(f"{where}, column {group!r}: the {split} split has groups {unknown[:5].tolist()} "
+                                 "that the training split does not have")
+        codes = {s: torch.from_numpy(np.searchsorted(self.group_values, v).astype(np.int64)) for s, v in groups.items()}
+        self.tables, positions = hold_out(tables, (2 * codes["train"] + y["train"]).numpy(), val_fraction,
+                                          test_fraction, seed)
+        y, codes = select_rows(y, positions), select_rows(codes, positions)
+        self._splits = {s: {**without_inputs(y[s]), "group": codes[s]} for s in _SPLITS}
+        train_y = self._splits["train"]["y"]
+        self.sizes = {
+            "num_samples": train_y.numel(), "num_positives": int(train_y.sum()),
+            "num_negatives": train_y.numel() - int(train_y.sum()),
+            "num_features": feature_width(self.tables["train"], self.features), "num_groups": len(self.group_values),
+        }
+
+    def setup(self, stage: str | None = None) -> None:
+        self.train_dataset, self.val_dataset, self.test_dataset = (
+            ArrowRowsDataset(self.tables[s], self._splits[s], self.features) for s in _SPLITS
+        )
+
+
+# -------------------------------------------------------------------------------------------------- ranking
+class HFRankingDataModule(RankingDataModule):
+    """Learning to rank on a ``datasets`` table of documents: one row per (query, document) with a query column,
+    feature columns and a graded relevance column (``y ≥ 0``, gain 2^y − 1), as MSLR-WEB or Yahoo! LTR saved as
+    Parquet.
+
+    The batches are those of :class:`~fccolit.datamodules.MSLRDataModule` (schema in
+    :mod:`fccolit.datasets.ranking`): training slates of ``slate_length`` documents of one query,
+    ``num_positives`` relevant ones drawn first (:class:`~fccolit.datasets.letor.ListwiseTrainDataset`, queries from
+    a :class:`~fccolit.samplers.ranking.QueryBatchSampler`), whole lists at evaluation
+    (:class:`~fccolit.datasets.letor.ListEvalDataset`). A query's documents need not be adjacent in the table.
+    Held-out splits take whole queries (``val_fraction`` / ``test_fraction`` of the training split's queries).
+    The columns are read into memory (features as float32); they are used as they are (standardize them first
+    with ``datasets.Dataset.map`` if needed). Sizes: ``num_queries`` (training queries), ``num_features``,
+    ``num_pairs`` (relevant training documents: SONG's state rows), and ``top_k`` when set.
+
+    Args:
+        dataset, features, train_split, val_split, test_split, val_fraction, test_fraction, config_name, cache_dir:
+            as :class:`HFClassificationDataModule`.
+        query: the query id column (any values).
+        relevance: the relevance label column.
+        slate_length, num_positives, queries_per_batch, num_batches, top_k, empty_queries, seed, num_workers,
+            eval_batch_size: as :class:`~fccolit.datamodules.MSLRDataModule`.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        query: str,
+        features: str | list[str],
+        relevance: str,
+        train_split: str = "train",
+        val_split: str | None = None,
+        test_split: str | None = None,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        slate_length: int = 100,
+        num_positives: int = 10,
+        queries_per_batch: int = 64,
+        num_batches: int | None = None,
+        top_k: int | None = None,
+        empty_queries: Literal["keep", "drop"] = "keep",
+        seed: int = 0,
+        config_name: str | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        num_workers: int = 0,
+        eval_batch_size: int = 64,
+    ) -> None:
+        super().__init__(queries_per_batch, num_positives, num_batches, top_k, seed, num_workers, eval_batch_size, None)
+        if empty_queries not in ("keep", "drop"):
+            raise ValueError(f"empty_queries must be 'keep' or 'drop', got {empty_queries!r}")
+        if int(slate_length) < 1:
+            raise ValueError(f"slate_length must be positive, got {slate_length}")
+        self.slate_length, self.empty_queries_policy = int(slate_length), empty_queries
+        self.features = as_list(features)
+        tables, where = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
+                                    [query, relevance, *self.features])
+        queries = {s: column(t, query) for s, t in tables.items() if t is not None}
+        distinct, units = np.unique(queries["train"], return_inverse=True)  # whole queries are held out
+        self.tables, positions = hold_out(tables, np.zeros(distinct.size, np.int64), val_fraction, test_fraction,
+                                          seed, units=units.reshape(-1))
+        queries = select_rows(queries, positions)
+        self.lists = {}
+        for split in _SPLITS:
+            table = self.tables[split]
+            rel = column(table, relevance).astype(np.float32)
+            if rel.size and (not np.isfinite(rel).all() or rel.min() < 0):
+                raise ValueError(f"{where}, column {relevance!r}: relevance labels must be finite and >= 0 "
+                                 f"({split} split: min {rel.min()}, max {rel.max()})")
+            order, indptr, qids = group_by_query(queries[split])
+            x = np.concatenate([column(table, c).reshape(len(table), -1) for c in self.features], axis=1)
+            self.lists[split] = {"features": np.ascontiguousarray(x[order], dtype=np.float32),
+                                 "relevance": rel[order], "indptr": indptr, "qid": qids}
+            if indptr.size <= 1:
+                raise ValueError(f"{where}: the {split} split holds no document")
+        train = self.lists["train"]
+        if not (train["relevance"] > 0).any():
+            raise ValueError(f"{where}, column {relevance!r}: no training document is relevant (every label is 0); "
+                             "training draws (query, relevant document) pairs")
+        self.pairs = ltr_pair_arrays(train["indptr"], train["relevance"])
+        self.train_num_relevant = np.diff(self.pairs["pos_indptr"])
+        self._set_sizes({"num_queries": train["indptr"].size - 1, "num_features": train["features"].shape[1],
+                         "num_pairs": self.pairs["pos_docs"].size})
+
+    def _eval_dataset(self, split: str) -> ListEvalDataset:
+        lists = self.lists[split]
+        queries = None
+        if self.empty_queries_policy == "drop":
+            relevant = np.add.reduceat(lists["relevance"] > 0, lists["indptr"][:-1]) if lists["relevance"].size else []
+            queries = np.flatnonzero(np.asarray(relevant) > 0)
+        return ListEvalDataset(lists["features"], lists["relevance"], lists["indptr"], queries)
+
+    def setup(self, stage: str | None = None) -> None:
+        train = self.lists["train"]
+        if self.train_dataset is None:
+            self.train_dataset = ListwiseTrainDataset(train["features"], train["relevance"], train["indptr"],
+                                                      self.pairs, self.slate_length, self.num_positives, self.top_k)
+        self.val_dataset, self.test_dataset = self._eval_dataset("val"), self._eval_dataset("test")
+
+
+class HFRecommendationDataModule(RecommendationDataModule):
+    """Recommendation from a ``datasets`` table of interactions: one row per (user, item) with a rating (and
+    optionally a time), as MovieLens' ``ratings.csv`` saved as Parquet.
+
+    Everything after reading the columns is :class:`~fccolit.datamodules.RecommendationDataModule`'s: the per-user
+    split by time (``protocol``), relevance, training lists of P relevant and M unrated items per user
+    (:class:`~fccolit.samplers.ranking.QueryBatchSampler`), full-ranking or sampled-candidate evaluation, and its
+    sizes (``num_users``, ``num_items``, ``num_queries``, ``num_pairs``). Only ``split`` of the data set is read
+    (the protocol makes the evaluation splits). Users and items may have any ids (numbers or strings):
+    :attr:`user_ids` and :attr:`item_ids` give the raw id of each index. Without a ``time`` column a user's rows
+    are in table order (the last ones are held out). The split arrays are built in memory at every construction
+    (no on-disk cache beyond ``datasets``' table).
+
+    Args:
+        dataset, config_name, cache_dir: as :class:`HFClassificationDataModule`.
+        user, item, rating: the columns (rating: a number; ``relevance`` says how it becomes a relevance).
+        time: a time column (numbers or timestamps), None: table order.
+        split: the data set's split holding the interactions.
+        **kwargs: :class:`~fccolit.datamodules.RecommendationDataModule`'s arguments (``protocol``,
+            ``num_negatives``, ``queries_per_batch``, ...).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        user: str,
+        item: str,
+        rating: str,
+        time: str | None = None,
+        split: str = "train",
+        config_name: str | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        tables, where = read_tables(dataset, config_name, cache_dir, split, None, None,
+                                    [user, item, rating, *as_list(time)])
+        table = tables["train"]
+        self._user_values, users = np.unique(column(table, user), return_inverse=True)
+        self._item_values, items = np.unique(column(table, item), return_inverse=True)
+        times = np.arange(len(table)) if time is None else column(table, time).astype(np.int64)
+        ratings = Ratings(users.astype(np.int64), items.astype(np.int64), column(table, rating).astype(np.float32),
+                          times)
+        self._load(Path("."), [Path(f"{where}, column {rating!r}")], lambda: ratings, "hf")
+
+    def _cached(self, root: Path, files: Sequence[Path], options: Mapping[str, Any], prefix: str,
+                build: Callable[[], Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Built in memory: the source table is already cached by ``datasets``."""
+        return dict(build())
+
+    @property
+    def user_ids(self) -> np.ndarray:
+        """``[num_users]`` raw user id of each user index."""
+        return self._user_values[super().user_ids]
+
+    @property
+    def item_ids(self) -> np.ndarray:
+        """``[num_items]`` raw item id of each item index."""
+        return self._item_values[super().item_ids]
