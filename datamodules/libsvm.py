@@ -4,6 +4,11 @@ Get the files from the LIBSVM data sets page (binary classification):
 https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html — download the file named ``name`` (and
 ``name.t``, the test file, where the data set has one) into ``root``; ``.bz2`` / ``.gz`` / ``.xz`` files can be
 used as they are. The file format is described in :mod:`fccolit.io.libsvm`.
+
+Wide data sets (news20.binary: 1.36M features, rcv1: 47k, url: 3.2M) stay sparse: ``layout="sparse"`` keeps the
+reader's CSR arrays (8 bytes per stored value) and gives batches as ``torch.sparse_csr`` tensors, which
+:class:`~fccolit.models.LinearScorer` and :class:`~fccolit.models.MLP` score in O(nnz); ``layout="auto"`` (the
+default) chooses it from the sizes (:func:`choose_layout`).
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from typing import Literal
 import numpy as np
 import torch
 
-from fccolit.data import binary_fields, binary_sizes
+from fccolit.data import SparseRows, binary_fields, binary_sizes
 from fccolit.io.cache import CACHE_DIRNAME, cache_key, cached_arrays, default_cache_dir
-from fccolit.io.libsvm import dense_size_error, parse_libsvm
+from fccolit.io.csr import take_rows
+from fccolit.io.libsvm import STORAGE_DTYPE, LibSVMFile, dense_size_error, parse_libsvm
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 
 from fccolit.datamodules.base import FCCODataModule
@@ -25,6 +31,26 @@ from fccolit.datamodules.base import FCCODataModule
 LIBSVM_DATASETS_URL = "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html"
 _COMPRESSED = (".bz2", ".gz", ".xz")
 _SPLITS = ("train", "val", "test")
+
+#: ``layout="auto"`` stays dense up to this size of the dense float32 feature matrix (all splits together).
+AUTO_DENSE_MAX_BYTES = 1 << 30
+_SPARSE_BYTES_PER_VALUE = 8  # int32 column + float32 value
+
+
+def choose_layout(num_rows: int, num_features: int, nnz: int) -> Literal["dense", "sparse"]:
+    """The layout ``"auto"`` picks: ``"sparse"`` when the dense float32 matrix ``[num_rows, num_features]`` would
+    take more than :data:`AUTO_DENSE_MAX_BYTES` and the CSR arrays of its ``nnz`` stored values at most half of
+    that (so a large file that is dense anyway, e.g. epsilon, stays dense); ``"dense"`` otherwise (every small file:
+    a9a's matrix is 16 MB)."""
+    dense_bytes = int(num_rows) * int(num_features) * np.dtype(STORAGE_DTYPE).itemsize
+    sparse_bytes = int(nnz) * _SPARSE_BYTES_PER_VALUE + (int(num_rows) + 1) * 8
+    return "sparse" if dense_bytes > AUTO_DENSE_MAX_BYTES and 2 * sparse_bytes <= dense_bytes else "dense"
+
+
+def _csr_rows(parsed: LibSVMFile, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(indptr int64, indices int32, values float32)`` of the rows ``rows`` of a parsed file."""
+    indptr, positions = take_rows(parsed.indptr, rows)
+    return indptr, parsed.indices[positions].astype(np.int32), parsed.values[positions].astype(STORAGE_DTYPE)
 
 
 def _test_file(root: Path, name: str) -> Path | None:
@@ -74,6 +100,14 @@ class LibSVMDataModule(FCCODataModule):
     4. split; 5. ``normalize`` ("minmax" to [0, 1] or "standard" to zero mean / unit variance per feature),
        fitted on the training split only and applied to all splits (constant features are only shifted).
 
+    Layout of ``x``: ``"dense"`` (a ``[N, D]`` float32 matrix per split), ``"sparse"`` (its CSR arrays; a batch's
+    ``x`` is a ``torch.sparse_csr`` tensor ``[B, D]``, for :class:`~fccolit.models.LinearScorer` and
+    :class:`~fccolit.models.MLP`; memory O(nnz) instead of O(N·D)) or ``"auto"`` (:func:`choose_layout`: sparse
+    only when the dense matrix would exceed 1 GiB and the CSR arrays take at most half of it). Both give the same
+    batches up to the layout. Sparse data takes ``normalize="minmax"`` only when every feature's training minimum
+    is 0 (then scaling keeps absent features at 0 and equals the dense result), and never ``"standard"``.
+    :attr:`layout` is the layout in use.
+
     Batch fields (as :class:`~fccolit.datamodules.SyntheticBinaryDataModule`): ``x`` ``[B, D]`` float32, ``y``
     ``[B]`` long in {0, 1}, ``index`` ``[B]`` (row in its split), ``pos_index`` ``[B]`` (row among the training
     positives, −1 otherwise). Training batches come from a :class:`~fccolit.samplers.DualSampler`.
@@ -82,8 +116,8 @@ class LibSVMDataModule(FCCODataModule):
     training split; ``num_features``: D) exist right after construction. The cache entry
     ``<cache_dir>/libsvm-<name>-<hash>/`` holds the finished splits as ``.npy`` files (memory-mappable), keyed by
     the raw files' whole content (SHA-256) and every option above; a second construction loads it without
-    parsing. ``cache_dir`` defaults to ``root/.fccolit-cache``, or to ``~/.cache/fccolit`` (``$FCCOLIT_CACHE``)
-    when ``root`` is read-only.
+    parsing. ``cache_dir`` defaults to the user cache folder, ``$FCCOLIT_CACHE_DIR`` or ``~/.cache/fccolit``
+    (:func:`~fccolit.io.default_cache_dir`), never the data folder.
 
     Args:
         root: folder holding the files.
@@ -101,6 +135,7 @@ class LibSVMDataModule(FCCODataModule):
             :class:`~fccolit.samplers.DualSampler`.
         seed: seeds the splits, the dropping of positives and the sampler.
         normalize: None, ``"minmax"`` or ``"standard"``.
+        layout: ``"auto"``, ``"dense"`` or ``"sparse"`` (see above).
         num_workers, eval_batch_size: DataLoader workers and evaluation batch size.
         cache_dir: where the cache entries live (None: see above).
     """
@@ -120,6 +155,7 @@ class LibSVMDataModule(FCCODataModule):
         anchor_sampling: Literal["permutation", "with_replacement"] = "permutation",
         seed: int = 0,
         normalize: Literal["minmax", "standard"] | None = None,
+        layout: Literal["auto", "dense", "sparse"] = "auto",
         num_workers: int = 0,
         eval_batch_size: int = 1024,
         cache_dir: str | os.PathLike | None = None,
@@ -140,6 +176,13 @@ class LibSVMDataModule(FCCODataModule):
             raise ValueError(f"pos_fraction must be in (0, 1) or None, got {pos_fraction}")
         if normalize not in (None, "minmax", "standard"):
             raise ValueError(f"normalize must be None, 'minmax' or 'standard', got {normalize!r}")
+        if layout not in ("auto", "dense", "sparse"):
+            raise ValueError(f"layout must be 'auto', 'dense' or 'sparse', got {layout!r}")
+        if layout == "sparse" and normalize == "standard":
+            raise ValueError(
+                "normalize='standard' subtracts each feature's mean, which fills every absent entry: use "
+                "layout='dense', or normalize='minmax' / None with layout='sparse'"
+            )
         if not 0 < num_positives < batch_size:
             raise ValueError(
                 f"num_positives must be between 1 and batch_size − 1 = {batch_size - 1}, got {num_positives}"
@@ -150,7 +193,7 @@ class LibSVMDataModule(FCCODataModule):
         self._held_out = held_out  # share of the training file cut off as the test split
         self.pos_fraction, self.positive_label, self.normalize = pos_fraction, positive_label, normalize
         self.batch_size, self.num_positives, self.num_batches, self.seed = batch_size, num_positives, num_batches, seed
-        self.anchor_sampling = anchor_sampling
+        self.anchor_sampling, self.requested_layout = anchor_sampling, layout
 
         files = [self.train_file] + ([self.test_file] if self.test_file is not None else [])
         options = {
@@ -162,12 +205,14 @@ class LibSVMDataModule(FCCODataModule):
             "positive_label": None if positive_label is None else float(positive_label),
             "seed": int(seed),
             "normalize": normalize,
+            "layout": layout,
         }
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(self.root)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.cache_key = cache_key(files, options, prefix=f"libsvm-{self.name}")
         self._arrays = cached_arrays(self.cache_dir, self.cache_key, self._build)
         self.label_values = tuple(float(v) for v in self._arrays["label_values"])  # (negative, positive) raw labels
-        self.sizes = binary_sizes({"x": self._arrays["x_train"], "y": self._arrays["y_train"]})
+        self.layout: Literal["dense", "sparse"] = "sparse" if "x_train_indptr" in self._arrays else "dense"
+        self.sizes = binary_sizes({"x": self._features("train"), "y": self._arrays["y_train"]})
         self._splits: dict[str, dict[str, torch.Tensor]] | None = None
 
     # ------------------------------------------------------------------ building the arrays (cache miss)
@@ -180,15 +225,18 @@ class LibSVMDataModule(FCCODataModule):
                 f"from {LIBSVM_DATASETS_URL}, or remove it to hold out test_fraction of {self.train_file.name} instead"
             )
         width = self.num_features or max(train.num_features, test.num_features if test is not None else 0)
-        # the file whose largest index sets the width is the one to name, before any dense allocation
-        widest = train if test is None or train.num_features >= test.num_features else test
-        line, column = widest.widest_feature()
-        if column + 1 != width:
-            line, column = 0, width - 1
         rows = train.labels.size + (0 if test is None else test.labels.size)
-        error = dense_size_error(rows, width, np.float32, widest.path, line, column + 1)
-        if error is not None:
-            raise error
+        nnz = train.indices.size + (0 if test is None else test.indices.size)
+        layout = choose_layout(rows, width, nnz) if self.requested_layout == "auto" else self.requested_layout
+        if layout == "dense":
+            # the file whose largest index sets the width is the one to name, before any dense allocation
+            widest = train if test is None or train.num_features >= test.num_features else test
+            line, column = widest.widest_feature()
+            if column + 1 != width:
+                line, column = 0, width - 1
+            error = dense_size_error(rows, width, np.float32, widest.path, line, column + 1)
+            if error is not None:
+                raise error
         label_values = self._label_values(train.labels, None if test is None else test.labels)
         y = (train.labels == label_values[1]).astype(np.int8)
 
@@ -198,18 +246,16 @@ class LibSVMDataModule(FCCODataModule):
             pool = self._drop_positives(y, rng)
         fractions = {"val": self.val_fraction, "test": self._held_out}
         parts = self._stratified_split(pool, y[pool], fractions, rng)
+        test_y = None if test is None else (test.labels == label_values[1]).astype(np.int8)
+        if layout == "sparse":
+            return self._sparse_arrays(train, test, y, test_y, parts, width, label_values)
         x = train.to_dense(width)
         splits = {s: (x[idx], y[idx], train.lines[idx]) for s, idx in parts.items()}
         if test is not None:
-            splits["test"] = (test.to_dense(width), (test.labels == label_values[1]).astype(np.int8), test.lines)
+            splits["test"] = (test.to_dense(width), test_y, test.lines)
         del x
 
-        train_y = splits["train"][1]
-        if not 0 < int(train_y.sum()) < train_y.size:
-            raise ValueError(
-                f"{self.train_file}: the training split holds {int(train_y.sum())} positives of {train_y.size} rows; "
-                "it needs both classes (lower val_fraction / test_fraction, or raise pos_fraction)"
-            )
+        self._check_both_classes(splits["train"][1])
         arrays: dict[str, np.ndarray] = {"label_values": np.asarray(label_values, dtype=np.float64)}
         shift, scale = self._normalization(splits["train"][0])
         if shift is not None:
@@ -219,6 +265,60 @@ class LibSVMDataModule(FCCODataModule):
                 xs = ((xs - shift) / scale).astype(np.float32)
             arrays[f"x_{split}"], arrays[f"y_{split}"], arrays[f"line_{split}"] = xs, ys, lines
         return arrays
+
+    def _sparse_arrays(
+        self, train: LibSVMFile, test: LibSVMFile | None, y: np.ndarray, test_y: np.ndarray | None,
+        parts: dict[str, np.ndarray], width: int, label_values: tuple[float, float],
+    ) -> dict[str, np.ndarray]:
+        """The cache entry of the sparse layout: per split ``x_<split>_{indptr,indices,values}`` (CSR), ``y``,
+        ``line``; O(nnz) memory throughout."""
+        self._check_both_classes(y[parts["train"]])
+        everything = np.arange(0 if test is None else test.labels.size)
+        splits = {s: (_csr_rows(train, idx), y[idx], train.lines[idx]) for s, idx in parts.items()}
+        if test is not None:
+            splits["test"] = (_csr_rows(test, everything), test_y, test.lines)
+        arrays: dict[str, np.ndarray] = {
+            "label_values": np.asarray(label_values, dtype=np.float64), "num_features": np.asarray(width),
+        }
+        scale = self._sparse_scale(*splits["train"][0], width) if self.normalize is not None else None
+        if scale is not None:
+            arrays["norm_shift"], arrays["norm_scale"] = np.zeros(width), scale
+        for split, ((indptr, indices, values), ys, lines) in splits.items():
+            if scale is not None:
+                values = (values / scale[indices]).astype(STORAGE_DTYPE)
+            arrays.update({f"x_{split}_indptr": indptr, f"x_{split}_indices": indices, f"x_{split}_values": values})
+            arrays[f"y_{split}"], arrays[f"line_{split}"] = ys, lines
+        return arrays
+
+    def _sparse_scale(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, width: int) -> np.ndarray:
+        """``scale`` [D] float64 of ``normalize="minmax"`` on sparse training rows (the dense path's
+        ``max − min`` with ``min = 0``, 1 for constant features), in O(nnz); an error naming the first feature
+        whose minimum is not 0 (its shift would fill the absent entries)."""
+        rows = indptr.size - 1
+        stored = np.bincount(indices, minlength=width)
+        low, high = np.full(width, np.inf), np.full(width, -np.inf)
+        np.minimum.at(low, indices, values.astype(np.float64))
+        np.maximum.at(high, indices, values.astype(np.float64))
+        low = np.where(stored < rows, np.minimum(low, 0.0), low)  # an absent entry is a 0
+        high = np.where(stored < rows, np.maximum(high, 0.0), high)
+        bad = np.flatnonzero(low != 0.0)
+        if bad.size:
+            j = int(bad[0])
+            raise ValueError(
+                f"{self.train_file}: normalize='minmax' with the sparse layout needs every feature's training minimum "
+                f"to be 0 (its shift would fill the absent entries), but feature {j + 1} has minimum {low[j]:g} "
+                f"({bad.size} features in all): pass layout='dense' (if the dense matrix fits) or normalize=None"
+            )
+        scale = high - low
+        scale[scale == 0] = 1.0
+        return scale
+
+    def _check_both_classes(self, train_y: np.ndarray) -> None:
+        if not 0 < int(train_y.sum()) < train_y.size:
+            raise ValueError(
+                f"{self.train_file}: the training split holds {int(train_y.sum())} positives of {train_y.size} rows; "
+                "it needs both classes (lower val_fraction / test_fraction, or raise pos_fraction)"
+            )
 
     def _label_values(self, train_labels: np.ndarray, test_labels: np.ndarray | None) -> tuple[float, float]:
         """(negative, positive) raw label values; errors unless the files hold exactly two distinct labels."""
@@ -283,17 +383,26 @@ class LibSVMDataModule(FCCODataModule):
         return shift, scale
 
     # ------------------------------------------------------------------ LightningDataModule
-    @staticmethod
-    def _fields(x: np.ndarray, y: np.ndarray) -> dict[str, torch.Tensor]:
-        # a writable copy of the memory-mapped arrays
-        return binary_fields(torch.from_numpy(np.array(x, dtype=np.float32)), torch.from_numpy(np.asarray(y, dtype=np.int64)))
+    def _features(self, split: str) -> np.ndarray | SparseRows:
+        """The cached ``x`` of ``split``: the dense ``[N, D]`` array, or :class:`~fccolit.data.SparseRows` over the
+        memory-mapped CSR arrays."""
+        if self.layout == "dense":
+            return self._arrays[f"x_{split}"]
+        a = self._arrays
+        return SparseRows(a[f"x_{split}_indptr"], a[f"x_{split}_indices"], a[f"x_{split}_values"], int(a["num_features"]))
+
+    def _fields(self, split: str) -> dict[str, torch.Tensor]:
+        x = self._features(split)
+        if isinstance(x, np.ndarray):
+            x = torch.from_numpy(np.array(x, dtype=np.float32))  # a writable copy of the memory-mapped array
+        return binary_fields(x, torch.from_numpy(np.asarray(self._arrays[f"y_{split}"], dtype=np.int64)))
 
     def prepare_data(self) -> None:
         """Nothing left to do: the cache entry was written (or found) in ``__init__``."""
 
     def setup(self, stage: str | None = None) -> None:
         if self._splits is None:
-            self._splits = {s: self._fields(self._arrays[f"x_{s}"], self._arrays[f"y_{s}"]) for s in _SPLITS}
+            self._splits = {s: self._fields(s) for s in _SPLITS}
         self.set_datasets(self._splits)
 
     def build_train_sampler(self) -> RankAwareBatchSampler:

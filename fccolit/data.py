@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
+
+from fccolit.io.csr import take_rows
 
 
 class TensorDictDataset(Dataset):
@@ -39,6 +43,43 @@ def check_split_fractions(val_fraction: float, test_fraction: float) -> None:
         raise ValueError(
             f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must be in [0, 1) and leave data for training"
         )
+
+
+class SparseRows:
+    """A sparse ``[N, D]`` feature matrix kept as its CSR arrays, usable as a field of :class:`TensorDictDataset`:
+    a batch of rows is a ``torch.sparse_csr`` tensor ``[B, D]`` built in O(B + the rows' stored values).
+
+    Args:
+        indptr: ``[N + 1]`` int64 row offsets.
+        indices: ``[nnz]`` 0-based columns (int32 or int64; memory-mapped arrays are read, never copied whole).
+        values: ``[nnz]`` float32 (or float64) values.
+        num_columns: D.
+    """
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, num_columns: int) -> None:
+        if indptr.ndim != 1 or indptr.size < 1 or int(indptr[-1]) != indices.size or indices.size != values.size:
+            raise ValueError(
+                f"SparseRows: inconsistent CSR arrays (indptr {indptr.shape} ending at "
+                f"{int(indptr[-1]) if indptr.size else None}, indices {indices.shape}, values {values.shape})"
+            )
+        self.indptr, self.indices, self.values = indptr, indices, values
+        self.shape = (indptr.size - 1, int(num_columns))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def index_select(self, dim: int, index: torch.Tensor) -> torch.Tensor:
+        """Rows ``index`` as a sparse CSR tensor ``[len(index), D]`` (``dim`` must be 0)."""
+        if dim != 0:
+            raise ValueError(f"SparseRows selects rows only (dim=0), got dim={dim}")
+        indptr, positions = take_rows(self.indptr, index.numpy())
+        with warnings.catch_warnings():  # torch's once-per-process note that sparse CSR is "in beta"; we only
+            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)  # build and read it
+            return torch.sparse_csr_tensor(
+                torch.from_numpy(indptr), torch.from_numpy(self.indices[positions].astype(np.int64)),
+                torch.from_numpy(np.asarray(self.values[positions])), size=(index.numel(), self.shape[1]),
+                check_invariants=False,
+            )
 
 
 def random_splits(num_rows: int, val_fraction: float, test_fraction: float, seed: int) -> dict[str, torch.Tensor]:

@@ -2,7 +2,7 @@
 
 The ranking data keep every per-user / per-query list this way (never a dense users × items table): ideal DCGs,
 padded rows of a batch, the k-th item a user has not rated (a binary search, no rejection loop), id compaction and
-the per-user counting of the time split.
+the per-user counting of the time split. Sparse LIBSVM features use :func:`take_rows` to cut batches and splits.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 
 __all__ = [
     "compact_ids", "csr_indptr", "ideal_dcg", "pack_left", "ragged_rows", "rank_from_end", "row_positions",
-    "sample_unrated_distinct", "segment_sum", "sort_desc_within_rows", "unrated_items",
+    "sample_unrated_distinct", "segment_sum", "sort_desc_within_rows", "take_rows", "unrated_items",
 ]
 
 
@@ -20,6 +20,26 @@ def row_positions(indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     counts = np.diff(indptr)
     row = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
     return row, np.arange(indptr[-1], dtype=np.int64) - indptr[:-1][row]
+
+
+def take_rows(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The CSR structure of the rows ``rows`` (in that order, repeats allowed) of a CSR matrix, in O(R + their nnz).
+
+    Args:
+        indptr: ``[N + 1]`` row offsets of the matrix.
+        rows: ``[R]`` row numbers in ``[0, N)``.
+
+    Returns:
+        ``(indptr [R + 1] int64, positions [nnz] int64)``: the new row offsets, and for each entry of the new matrix
+        its position in the old flat ``indices`` / ``values`` (so ``values[positions]`` are the new values).
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    starts = np.asarray(indptr, dtype=np.int64)[rows]
+    lengths = np.asarray(indptr, dtype=np.int64)[rows + 1] - starts
+    out = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    positions = np.arange(out[-1], dtype=np.int64) + np.repeat(starts - out[:-1], lengths)
+    return out, positions
 
 
 def segment_sum(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
