@@ -152,8 +152,8 @@ def dense_size_error(
     return MemoryError(
         f"{where} makes the dense feature matrix {num_rows:,} × {width:,} {np.dtype(dtype).name} = "
         f"{_bytes_text(size)}, {reason}. If that index is a typo, fix the line; if the data really has "
-        f"{width:,} features, read it sparse (LibSVMDataModule(layout="sparse"); fccolit.io.parse_libsvm returns CSR arrays), or pass num_features to "
-        "reject the indices beyond it"
+        f"{width:,} features, read it sparse (LibSVMDataModule(layout='sparse'); fccolit.io.parse_libsvm returns "
+        "CSR arrays), or pass num_features to reject the indices beyond it"
     )
 
 
