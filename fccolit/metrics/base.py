@@ -72,6 +72,14 @@ class BatchMetric(torchmetrics.Metric):
         processes by torchmetrics). ``labels`` name the tasks or classes of metrics that log one value each."""
         return {name: self.compute()}
 
+    def named_curves(self, labels: Sequence[str] | None = None) -> dict[str, Any]:
+        """The curves the last ``compute()`` kept beside the value, under keys that say what they describe, so that
+        metrics holding the same data give the same key (``"roc"`` or ``"roc/<task>"``: the ROC vertices every binary
+        metric keeps, :class:`~fccolit.metrics.classification.ROCVertices`; ``"ndcg@k"``: NDCG@1..K of the
+        queries, ``[K]``). Default: none. Global under DDP, as the value (computed from the synchronized states);
+        cleared by ``reset``."""
+        return {}
+
 
 def per_task_names(name: str, count: int, labels: Sequence[str] | None = None) -> list[str]:
     """``name/<label>`` for each of ``count`` tasks or classes: ``labels`` (spaces replaced by ``_``, a TensorBoard
@@ -160,6 +168,17 @@ class EvaluationMetrics(nn.ModuleDict):
             if seen:
                 values.update(metric.named_values(name, labels))
         return values
+
+    def named_curves(self, labels: Sequence[str] | None = None) -> dict[str, Any]:
+        """The curves the metrics kept at their last ``compute()`` (call :meth:`named_values` first), merged by key:
+        where two metrics describe the same data the longer curve is kept (``ndcg@10`` holds NDCG@1..10, ``ndcg@5``
+        its first five values). No collective: rank 0 may call it alone."""
+        curves: dict[str, Any] = {}
+        for _, metric in self.named_metrics():
+            for key, curve in metric.named_curves(labels).items():
+                if key not in curves or len(curve) > len(curves[key]):
+                    curves[key] = curve
+        return curves
 
     def reset(self) -> None:
         """Reset every metric."""

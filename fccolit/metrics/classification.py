@@ -36,7 +36,8 @@ References:
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
 
 import torch
 from torch import Tensor
@@ -53,6 +54,7 @@ __all__ = [
     "AUROC",
     "PartialAUC",
     "MulticlassAccuracy",
+    "ROCVertices",
 ]
 
 _NORMALIZATIONS = ("normalized", "raw", "mcclish")
@@ -131,6 +133,42 @@ def _snap(x: float, scale: int) -> float:
     return float(r) if abs(x - r) <= 1e-9 * max(1, scale) else x
 
 
+@dataclass(frozen=True)
+class ROCVertices:
+    """The ROC curve of one binary task in counts: one vertex per distinct score threshold, highest first.
+
+    ``fps[v]``, ``tps[v]`` (float64 ``[V]``, ``fps[0] = tps[0] = 0``): the negatives and positives scored at or
+    above the v-th highest distinct score. Every curve of the task follows from these: the ROC curve
+    (:meth:`roc`), the precision-recall curve (:meth:`precision_recall`), AP, AUROC and pAUC. The binary metrics
+    keep them from their last ``compute()`` (:meth:`BatchMetric.named_curves`), so the curves cost no second pass
+    over the scores.
+    """
+
+    fps: Tensor
+    tps: Tensor
+
+    def __len__(self) -> int:
+        return self.fps.numel()
+
+    @property
+    def num_positives(self) -> int:
+        return int(self.tps[-1])
+
+    @property
+    def num_negatives(self) -> int:
+        return int(self.fps[-1])
+
+    def roc(self) -> tuple[Tensor, Tensor]:
+        """``(fpr [V], tpr [V])`` from ``(0, 0)`` to ``(1, 1)``; a class without samples gives NaN."""
+        return self.fps / self.fps[-1], self.tps / self.tps[-1]
+
+    def precision_recall(self) -> tuple[Tensor, Tensor]:
+        """``(recall [V−1], precision [V−1])`` at every threshold (the vertex at ``(0, 0)``, where nothing is
+        predicted positive and precision is undefined, is left out); AP is ``Σ Δrecall · precision``."""
+        tps, fps = self.tps[1:], self.fps[1:]
+        return tps / self.tps[-1], tps / (tps + fps)
+
+
 def _roc_counts(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
     """ROC vertices in counts: ``(fps, tps)``, float64 ``[T + 1]``, starting at ``(0, 0)``.
 
@@ -171,9 +209,7 @@ def average_precision(preds: Tensor, target: Tensor) -> Tensor:
     n_pos, n_neg = _class_counts(target)
     if n_pos == 0:
         raise ValueError(f"average precision is undefined without positives: got 0 positives, {n_neg} negatives")
-    fps, tps = _roc_counts(preds, target)
-    precision = tps[1:] / (tps[1:] + fps[1:])
-    return ((tps[1:] - tps[:-1]) * precision).sum() / n_pos
+    return _average_precision_of(ROCVertices(*_roc_counts(preds, target)))
 
 
 def auroc(preds: Tensor, target: Tensor) -> Tensor:
@@ -186,9 +222,8 @@ def auroc(preds: Tensor, target: Tensor) -> Tensor:
         0-d float64 tensor. Raises ValueError unless both classes are present.
     """
     preds, target = _validate_binary(preds, target)
-    n_pos, n_neg = _require_both_classes(target, "AUROC")
-    fps, tps = _roc_counts(preds, target)
-    return ((fps[1:] - fps[:-1]) * (tps[1:] + tps[:-1])).sum() / (2.0 * n_pos * n_neg)
+    _require_both_classes(target, "AUROC")
+    return _auroc_of(ROCVertices(*_roc_counts(preds, target)))
 
 
 def _roc_area_between(fps: Tensor, tps: Tensor, lo: float, hi: float) -> Tensor:
@@ -240,9 +275,27 @@ def partial_auc(
             "use normalization='normalized' or 'raw'"
         )
     preds, target = _validate_binary(preds, target)
-    n_pos, n_neg = _require_both_classes(target, "partial AUC")
-    fps, tps = _roc_counts(preds, target)
-    area = _roc_area_between(fps, tps, _snap(lo * n_neg, n_neg), _snap(hi * n_neg, n_neg)) / (n_pos * n_neg)
+    _require_both_classes(target, "partial AUC")
+    return _partial_auc_of(ROCVertices(*_roc_counts(preds, target)), lo, hi, normalization)
+
+
+def _average_precision_of(roc: ROCVertices) -> Tensor:
+    """:func:`average_precision` from the ROC vertices (at least one positive)."""
+    fps, tps = roc.fps, roc.tps
+    precision = tps[1:] / (tps[1:] + fps[1:])
+    return ((tps[1:] - tps[:-1]) * precision).sum() / roc.num_positives
+
+
+def _auroc_of(roc: ROCVertices) -> Tensor:
+    """:func:`auroc` from the ROC vertices (both classes present)."""
+    fps, tps = roc.fps, roc.tps
+    return ((fps[1:] - fps[:-1]) * (tps[1:] + tps[:-1])).sum() / (2.0 * roc.num_positives * roc.num_negatives)
+
+
+def _partial_auc_of(roc: ROCVertices, lo: float, hi: float, normalization: str) -> Tensor:
+    """:func:`partial_auc` from the ROC vertices (both classes present; range and normalization checked)."""
+    n_pos, n_neg = roc.num_positives, roc.num_negatives
+    area = _roc_area_between(roc.fps, roc.tps, _snap(lo * n_neg, n_neg), _snap(hi * n_neg, n_neg)) / (n_pos * n_neg)
     if normalization == "raw":
         return area
     if normalization == "normalized":
@@ -331,6 +384,7 @@ class _BinaryCatMetric(BatchMetric):
         self.add_state("preds", default=[], dist_reduce_fx="cat")
         self.add_state("target", default=[], dist_reduce_fx="cat")
         self.per_task: Tensor | None = None
+        self._roc: list[ROCVertices | None] | None = None  # per task, from the last compute()
 
     def update(self, preds: Tensor, target: Tensor) -> None:  # type: ignore[override]
         if preds.ndim == 2 and preds.shape[1] > 1:
@@ -346,26 +400,50 @@ class _BinaryCatMetric(BatchMetric):
             return empty, empty.to(torch.long)
         return dim_zero_cat(self.preds), dim_zero_cat(self.target)
 
-    def _value(self, preds: Tensor, target: Tensor) -> Tensor:
-        """The metric of one binary task: ``preds`` float64 ``[N]``, ``target`` ``[N]`` in {0, 1}."""
+    #: what the metric is called in the error raised when ``_value_of`` is undefined
+    _what: ClassVar[str] = "the metric"
+    #: whether the metric is undefined without negatives (AUROC, pAUC; AP is 1 with positives only)
+    _needs_negatives: ClassVar[bool] = True
+
+    def _value_of(self, roc: ROCVertices) -> Tensor:
+        """The metric of one binary task from its ROC vertices (the classes it needs are present)."""
         raise NotImplementedError
+
+    def _task(self, preds: Tensor, target: Tensor) -> tuple[Tensor, ROCVertices]:
+        """``(value, ROC vertices)`` of one task: ``preds`` float64 ``[N]``, ``target`` ``[N]`` in {0, 1}; raises
+        ValueError, naming the class counts, when the metric is undefined for them."""
+        roc = ROCVertices(*_roc_counts(preds, target == 1))
+        n_pos, n_neg = roc.num_positives, roc.num_negatives
+        if n_pos == 0 or (self._needs_negatives and n_neg == 0):
+            classes = "both classes" if self._needs_negatives else "positives"
+            raise ValueError(f"{self._what} is undefined without {classes}: got {n_pos} positives, {n_neg} negatives")
+        return self._value_of(roc), roc
 
     def compute(self) -> Tensor:
         preds, target = self._gathered()
         if preds.ndim == 1:
             self.per_task = None
-            return self._value(preds, target)
-        values = []
+            value, roc = self._task(preds, target)
+            self._roc = [roc]
+            return value
+        values, self._roc = [], []
+        nan = torch.tensor(float("nan"), dtype=torch.float64, device=preds.device)
         for task in range(preds.shape[1]):
             labeled = target[:, task] >= 0
             p, t = preds[labeled, task], target[labeled, task]
             both = bool((t == 1).any()) and bool((t == 0).any())
-            values.append(self._value(p, t) if both else torch.tensor(float("nan"), dtype=torch.float64, device=preds.device))
+            value, roc = self._task(p, t) if both else (nan, None)
+            values.append(value)
+            self._roc.append(roc)
         self.per_task = torch.stack(values)
         defined = self.per_task[~torch.isnan(self.per_task)]
         if defined.numel() == 0:
             raise ValueError(f"{type(self).__name__}: no task has both classes among the samples seen")
         return defined.mean()
+
+    def reset(self) -> None:
+        self._roc = None
+        super().reset()
 
     def named_values(self, name: str, labels: Sequence[str] | None = None) -> dict[str, Tensor]:
         """``{name: value}``; for multi-task data also ``{name/<task>: value of the task}`` (``labels`` name the
@@ -374,6 +452,17 @@ class _BinaryCatMetric(BatchMetric):
         if self.per_task is not None:
             values.update(zip(per_task_names(name, len(self.per_task), labels), self.per_task.unbind()))
         return values
+
+    def named_curves(self, labels: Sequence[str] | None = None) -> dict[str, ROCVertices]:
+        """The ROC vertices of each task from the last ``compute()`` (global under DDP, like the value):
+        ``{"roc": vertices}``, or ``{"roc/<task>": vertices}`` per task with both classes for ``[N, T]`` data. Every
+        binary metric of a stage sees the same scores and labels, so their curves agree."""
+        if not self._roc:
+            return {}
+        if self.per_task is None:
+            return {"roc": self._roc[0]}
+        names = per_task_names("roc", len(self._roc), labels)
+        return {name: roc for name, roc in zip(names, self._roc) if roc is not None}
 
 
 def _validate_multitask(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
@@ -395,15 +484,20 @@ class BinaryAveragePrecision(_BinaryCatMetric):
     ``[N, T]`` inputs. (The training objective of the same quantity is :class:`fccolit.objectives.AveragePrecision`.)
     """
 
-    def _value(self, preds: Tensor, target: Tensor) -> Tensor:
-        return average_precision(preds, target)
+    _what = "average precision"
+    _needs_negatives = False
+
+    def _value_of(self, roc: ROCVertices) -> Tensor:
+        return _average_precision_of(roc)
 
 
 class AUROC(_BinaryCatMetric):
     """AUROC over all samples seen, ties counted 1/2 (see :func:`auroc`); macro over tasks for ``[N, T]``."""
 
-    def _value(self, preds: Tensor, target: Tensor) -> Tensor:
-        return auroc(preds, target)
+    _what = "AUROC"
+
+    def _value_of(self, roc: ROCVertices) -> Tensor:
+        return _auroc_of(roc)
 
 
 class PartialAUC(_BinaryCatMetric):
@@ -425,8 +519,10 @@ class PartialAUC(_BinaryCatMetric):
             )
         self.normalization = normalization
 
-    def _value(self, preds: Tensor, target: Tensor) -> Tensor:
-        return partial_auc(preds, target, self.fpr_min, self.fpr_max, self.normalization)
+    _what = "partial AUC"
+
+    def _value_of(self, roc: ROCVertices) -> Tensor:
+        return _partial_auc_of(roc, self.fpr_min, self.fpr_max, self.normalization)
 
 
 class MulticlassAccuracy(BatchMetric):

@@ -144,6 +144,21 @@ def ndcg_at_k(
         ValueError: on shape mismatch, ``k < 1``, an unknown policy, NaN scores or NaN / negative relevance
             on real items.
     """
+    return _ndcg_lists(preds, target, k, mask, gain, empty, ties)[0]
+
+
+def _ndcg_lists(
+    preds: Tensor,
+    target: Tensor,
+    k: int | None,
+    mask: Tensor | None,
+    gain: str,
+    empty: str,
+    ties: str,
+    prefix_length: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """:func:`ndcg_at_k` ``[Q]``, and from the same sort NDCG@j for ``j = 1..prefix_length`` ``[Q, prefix_length]``
+    (a cut-off past a list's end is its full list; the empty policy as for the value)."""
     _check_choice("gain", gain, _GAINS)
     _check_choice("empty", empty, _EMPTY)
     _check_choice("ties", ties, _TIES)
@@ -175,14 +190,10 @@ def ndcg_at_k(
 
     n_queries, length = preds.shape
     device = preds.device
-    if n_queries == 0:
-        return torch.zeros(0, dtype=torch.float64, device=device)
-    if length == 0:
-        return _apply_empty(
-            torch.zeros(n_queries, dtype=torch.float64, device=device),
-            torch.zeros(n_queries, dtype=torch.float64, device=device),
-            empty,
-        )
+    if n_queries == 0 or length == 0:
+        zero = torch.zeros(n_queries, dtype=torch.float64, device=device)
+        value = _apply_empty(zero, zero, empty)
+        return value, value[:, None].expand(n_queries, prefix_length)
 
     g = torch.where(mask, _gain(y, gain), torch.zeros_like(y))  # [Q, L], zero on padding
     disc = _discounts(length, k, device)  # [L]
@@ -223,7 +234,20 @@ def ndcg_at_k(
     ideal_gains = torch.sort(g, dim=1, descending=True).values
     idcg = (ideal_gains * disc).sum(dim=1)
     value = dcg / torch.where(idcg > 0, idcg, torch.ones_like(idcg))
-    return _apply_empty(value, idcg, empty)
+    if not prefix_length:
+        return _apply_empty(value, idcg, empty), value.new_zeros(n_queries, 0)
+    # DCG@j for every j: with tie averaging, each position of a tied group carries the group's mean gain at its own
+    # (untruncated) discount, which sums over the group's first positions to the group's gain times its averaged
+    # truncated discount; other tie policies rank one by one
+    if ties == "average":
+        gain_csum = torch.cat([torch.zeros_like(g_sorted[:, :1]), torch.cumsum(g_sorted, 1)], 1)
+        g_sorted = (gain_csum.gather(1, end + 1) - gain_csum.gather(1, start)) / (end - start + 1).to(torch.float64)
+    full_disc = _discounts(length, None, device)
+    last = torch.arange(prefix_length, device=device).clamp_max(length - 1)  # j past the list's end: the full list
+    dcg_at = torch.cumsum(g_sorted * full_disc, 1)[:, last]
+    idcg_at = torch.cumsum(ideal_gains * full_disc, 1)[:, last]
+    prefix = dcg_at / torch.where(idcg_at > 0, idcg_at, torch.ones_like(idcg_at))
+    return _apply_empty(value, idcg, empty), _apply_empty(prefix, idcg[:, None], empty)
 
 
 class NDCG(BatchMetric):
@@ -232,7 +256,9 @@ class NDCG(BatchMetric):
     States: ``total`` (sum of per-query NDCG) and ``count`` (number of counted queries), both reduced with
     ``sum`` across processes, so ``compute() = total / count`` is the global per-query mean whatever the
     shard sizes. Queries skipped by ``empty="skip"`` add to neither. ``compute()`` with no counted query
-    returns NaN (no error).
+    returns NaN (no error). With a cut-off ``k``, ``total_at`` ``[k]`` sums NDCG@j for ``j = 1..k`` from the same
+    sort (one cumulative sum), so ``compute()`` also keeps the curve NDCG@j against j
+    (:meth:`named_curves`: ``{"ndcg@k": [k]}``, whose last entry is the value up to rounding).
 
     Args:
         k, gain, empty, ties: see :func:`ndcg_at_k`.
@@ -279,18 +305,30 @@ class NDCG(BatchMetric):
         self.ties = ties
         self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("total_at", default=torch.zeros(k or 0, dtype=torch.float64), dist_reduce_fx="sum")
+        self._curve: Tensor | None = None  # NDCG@1..k from the last compute()
 
     def update(self, preds: Tensor, target: Tensor, mask: Tensor | None = None) -> None:  # type: ignore[override]
-        values = ndcg_at_k(preds, target, k=self.k, mask=mask, gain=self.gain, empty=self.empty, ties=self.ties)
+        values, prefix = _ndcg_lists(preds, target, self.k, mask, self.gain, self.empty, self.ties, self.k or 0)
         keep = ~torch.isnan(values)
         # out of place: states created under inference mode (trainer.validate) must not be updated in place later
         self.total = self.total + torch.where(keep, values, torch.zeros_like(values)).sum().to(self.total.dtype)
         self.count = self.count + keep.sum().to(self.count.dtype)
+        self.total_at = self.total_at + torch.where(keep[:, None], prefix, torch.zeros_like(prefix)).sum(0)
 
     def compute(self) -> Tensor:
+        self._curve = self.total_at / self.count if self.k else None  # NaN without a counted query
         if self.count == 0:
             return torch.tensor(float("nan"), dtype=torch.float64, device=self.total.device)
         return self.total / self.count
+
+    def reset(self) -> None:
+        self._curve = None
+        super().reset()
+
+    def named_curves(self, labels: Sequence[str] | None = None) -> dict[str, Tensor]:
+        """``{"ndcg@k": NDCG@j for j = 1..k}`` ``[k]`` from the last ``compute()`` (none for the full list)."""
+        return {} if self._curve is None else {"ndcg@k": self._curve}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -329,16 +367,17 @@ def _raise_on_nan_scores(scores: Tensor, top_values: Tensor) -> None:
     _check_no_nan_scores(scores, "scores")
 
 
-def _full_ranking_ndcg_multi(
+def _full_ranking_ndcg_prefix(
     scores: Tensor,
     heldout_items: Tensor,
     heldout_relevance: Tensor,
     exclude_items: Tensor | None,
-    ks: Sequence[int],
+    k_max: int,
     gain: str,
     workspace: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Shared core: returns (``[len(ks), U]`` NDCG@k before the empty policy, ``[len(ks), U]`` IDCG@k).
+    """Shared core: returns (``[U, k_max]`` NDCG@j for ``j = 1..k_max`` before the empty policy (a cut-off past
+    the number of items is the full list), ``[U]`` IDCG@1, zero exactly for the users without held-out relevance).
 
     Cost: one pass over ``scores [U, I]`` for the exclusion (a copy) and one ``topk`` with the largest cut-off;
     everything else is O(U (k + H + E)): the top-k items' gains are looked up in the sorted held-out ids.
@@ -362,8 +401,7 @@ def _full_ranking_ndcg_multi(
         raise ValueError(
             f"exclude_items must have shape [U, E] with U={n_users}, got {tuple(exclude_items.shape)}"
         )
-    for k in ks:
-        _check_k(k)
+    _check_k(k_max)
     device = scores.device
     heldout_items = heldout_items.to(device=device, dtype=torch.long)
     if exclude_items is not None:
@@ -406,34 +444,26 @@ def _full_ranking_ndcg_multi(
         own = scores.gather(1, safe_items)
         ranked.scatter_reduce_(1, safe_items, torch.where(valid, own, -inf), reduce="amax")
 
-    k_max = min(max(ks), n_items)
-    if k_max == 0:
-        z = torch.zeros(len(ks), n_users, dtype=torch.float64, device=device)
-        return z, z.clone()
-    top = torch.topk(ranked, k_max, dim=1, largest=True, sorted=True)
+    ranked_k = min(k_max, n_items)
+    if ranked_k == 0:
+        return torch.zeros(n_users, k_max, dtype=torch.float64, device=device), g.new_zeros(n_users)
+    top = torch.topk(ranked, ranked_k, dim=1, largest=True, sorted=True)
     _raise_on_nan_scores(scores, top.values)
     # excluded items (-inf) reach the top k only when fewer than k items remain; they carry gain 0
     keys, values = _heldout_gain_lookup(torch.where(valid, heldout_items, -1), g)
-    top_gain = _lookup_gains(keys, values, top.indices)  # [U, k_max]
-    disc = _discounts(k_max, None, device)
-    dcg_cum = torch.cumsum(top_gain * disc, dim=1)  # [U, k_max]
+    top_gain = _lookup_gains(keys, values, top.indices)  # [U, ranked_k]
+    disc = _discounts(ranked_k, None, device)
+    dcg_at = torch.cumsum(top_gain * disc, dim=1)  # [U, ranked_k]
 
     h = g.shape[1]
     if h:
         ideal = torch.sort(g, dim=1, descending=True).values
-        idisc = _discounts(h, None, device)
-        idcg_cum = torch.cumsum(ideal * idisc, dim=1)  # [U, H]
-    values, ideals = [], []
-    for k in ks:
-        kk = min(k, n_items)
-        dcg = dcg_cum[:, kk - 1]
-        if h:
-            idcg = idcg_cum[:, min(k, h) - 1]
-        else:
-            idcg = torch.zeros(n_users, dtype=torch.float64, device=device)
-        values.append(dcg / torch.where(idcg > 0, idcg, torch.ones_like(idcg)))
-        ideals.append(idcg)
-    return torch.stack(values), torch.stack(ideals)
+        idcg_cum = torch.cumsum(ideal * _discounts(h, None, device), dim=1)  # [U, H]
+        idcg_at = idcg_cum[:, torch.arange(ranked_k, device=device).clamp_max(h - 1)]  # [U, ranked_k]
+    else:
+        idcg_at = torch.zeros_like(dcg_at)
+    prefix = dcg_at / torch.where(idcg_at > 0, idcg_at, torch.ones_like(idcg_at))
+    return prefix[:, torch.arange(k_max, device=device).clamp_max(ranked_k - 1)], idcg_at[:, 0]
 
 
 def full_ranking_ndcg(
@@ -478,8 +508,8 @@ def full_ranking_ndcg(
     _check_choice("gain", gain, _GAINS)
     _check_choice("empty", empty, _EMPTY)
     _check_k(k)
-    values, ideals = _full_ranking_ndcg_multi(scores, heldout_items, heldout_relevance, exclude_items, (k,), gain)
-    return _apply_empty(values[0], ideals[0], empty)
+    prefix, ideal = _full_ranking_ndcg_prefix(scores, heldout_items, heldout_relevance, exclude_items, k, gain)
+    return _apply_empty(prefix[:, k - 1], ideal, empty)
 
 
 class FullRankingNDCG(BatchMetric):
@@ -489,9 +519,10 @@ class FullRankingNDCG(BatchMetric):
     (``scores`` is ``[U_chunk, I]``: all items for the users of the chunk; see :func:`full_ranking_ndcg`);
     one ``topk`` with the largest cut-off serves every ``k``. From an evaluation batch: ``update(scores,
     batch["heldout_items"], batch["heldout_relevance"], batch.get("exclude_items"))``. States: ``total``
-    (``[len(ks)]`` sums of per-user NDCG) and ``count`` (number of counted users), both summed across processes.
+    (``[len(ks)]`` sums of per-user NDCG), ``total_at`` (``[max(ks)]`` sums of NDCG@j for every ``j = 1..max(ks)``,
+    read from the same ``topk``) and ``count`` (number of counted users), all summed across processes.
     ``compute()`` returns ``{k: value}``; with no counted user every value is NaN. :meth:`named_values` returns
-    ``{names[i]: value of ks[i]}``.
+    ``{names[i]: value of ks[i]}``, :meth:`named_curves` the curve NDCG@j against j.
 
     Args:
         ks: cut-offs, e.g. ``(10, 20, 50)``.
@@ -537,6 +568,8 @@ class FullRankingNDCG(BatchMetric):
         self.empty = empty
         self.add_state("total", default=torch.zeros(len(ks), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("total_at", default=torch.zeros(max(ks), dtype=torch.float64), dist_reduce_fx="sum")
+        self._curve: Tensor | None = None  # NDCG@1..max(ks) from the last compute()
         self._scratch: Tensor | None = None  # reused [U·I] buffer for the masked scores (not a state)
 
     def _workspace(self, scores: Tensor) -> Tensor:
@@ -561,20 +594,28 @@ class FullRankingNDCG(BatchMetric):
         exclude_items: Tensor | None = None,
     ) -> None:
         workspace = self._workspace(scores) if exclude_items is not None and exclude_items.numel() else None
-        values, ideals = _full_ranking_ndcg_multi(
-            scores, heldout_items, heldout_relevance, exclude_items, self.ks, self.gain, workspace
+        prefix, ideal = _full_ranking_ndcg_prefix(
+            scores, heldout_items, heldout_relevance, exclude_items, len(self.total_at), self.gain, workspace
         )
-        values = _apply_empty(values, ideals, self.empty)  # [K, U]
+        prefix = _apply_empty(prefix, ideal[:, None], self.empty)  # [U, max(ks)]
+        values = prefix[:, [k - 1 for k in self.ks]].T.contiguous()  # [K, U]
         keep = ~torch.isnan(values[0])
         # out of place: states created under inference mode (trainer.validate) must not be updated in place later
         self.total = self.total + torch.where(keep, values, torch.zeros_like(values)).sum(dim=1).to(self.total.dtype)
         self.count = self.count + keep.sum().to(self.count.dtype)
+        self.total_at = self.total_at + torch.where(keep[:, None], prefix, torch.zeros_like(prefix)).sum(0)
 
     def reset(self) -> None:
         self._scratch = None
+        self._curve = None
         super().reset()
 
+    def named_curves(self, labels: Sequence[str] | None = None) -> dict[str, Tensor]:
+        """``{"full_ranking_ndcg@k": NDCG@j for j = 1..max(ks)}`` from the last ``compute()``."""
+        return {} if self._curve is None else {"full_ranking_ndcg@k": self._curve}
+
     def compute(self) -> dict[int, Tensor]:
+        self._curve = self.total_at / self.count  # NaN without a counted user
         if self.count == 0:
             nan = torch.tensor(float("nan"), dtype=torch.float64, device=self.total.device)
             return {k: nan.clone() for k in self.ks}

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fccolit.metrics import FullRankingNDCG, full_ranking_ndcg
-from fccolit.metrics.ranking import _full_ranking_ndcg_multi, _heldout_gain_lookup, _lookup_gains
+from fccolit.metrics.ranking import _full_ranking_ndcg_prefix, _heldout_gain_lookup, _lookup_gains
 
 
 def dense_reference(scores, heldout, rel, exclude, k, gain="exp2", empty="zero"):
@@ -88,10 +88,10 @@ def test_float32_scores_and_one_topk_for_several_cutoffs():
     scores, heldout, rel, exclude = problem(7, users=40, items=300, max_heldout=9, max_exclude=80,
                                             dtype=torch.float32)
     ks = (1, 3, 10, 50, 400)
-    values, ideals = _full_ranking_ndcg_multi(scores, heldout, rel, exclude, ks, "exp2")
-    for row, k in enumerate(ks):
+    prefix, ideal = _full_ranking_ndcg_prefix(scores, heldout, rel, exclude, max(ks), "exp2")
+    for k in ks:
         expected = dense_reference(scores, heldout, rel, exclude, k)
-        torch.testing.assert_close(torch.where(ideals[row] > 0, values[row], torch.zeros_like(values[row])),
+        torch.testing.assert_close(torch.where(ideal > 0, prefix[:, k - 1], torch.zeros_like(ideal)),
                                    expected, rtol=0, atol=1e-15)
     metric = FullRankingNDCG(ks)
     metric.update(scores[:17], heldout[:17], rel[:17], exclude[:17])
