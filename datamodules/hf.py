@@ -133,17 +133,20 @@ def column(table: Any, name: str) -> np.ndarray:
 
 
 def named_splits(tables: Any, source: Any, train_split: str, val_split: str | None, test_split: str | None) -> dict:
-    """``{"train": table, "val": table or None, "test": table or None}`` from the split names of ``tables``."""
+    """``{"train": table, "val": table or None, "test": table or None}`` from the split names of ``tables``: the
+    names given, and for an evaluation split given as None the first of :data:`SPLIT_NAMES` present and not used
+    by another role (None: held out later)."""
     where = describe(source)
     if train_split not in tables:
         raise ValueError(f"{where}: no split {train_split!r} (train_split); the splits are {list(tables)}")
-    chosen = {"train": tables[train_split]}
-    for role, given in (("val", val_split), ("test", test_split)):
-        if given is not None and given not in tables:
-            raise ValueError(f"{where}: no split {given!r} ({role}_split); the splits are {list(tables)}")
-        name = given if given is not None else next((n for n in SPLIT_NAMES[role] if n in tables), None)
-        chosen[role] = None if name is None or name == train_split else tables[name]
-    return chosen
+    given = {"val": val_split, "test": test_split}
+    for role, name in given.items():
+        if name is not None and name not in tables:
+            raise ValueError(f"{where}: no split {name!r} ({role}_split); the splits are {list(tables)}")
+    used = {train_split, *(n for n in given.values() if n is not None)}
+    names = {role: name if name is not None else next((n for n in SPLIT_NAMES[role] if n not in used and n in tables), None)
+             for role, name in given.items()}
+    return {"train": tables[train_split], **{role: None if n is None else tables[n] for role, n in names.items()}}
 
 
 def read_tables(

@@ -22,8 +22,8 @@ class ArrowRowsDataset(Dataset):
 
     * the feature columns (``feature_columns``): several scalar columns stacked to ``[B, D]`` float32, or one
       column holding a fixed-length list per row (``[B, D]``); or
-    * an image column (``image_column``: a ``datasets.Image`` column, or ``[H, W]`` / ``[H, W, C]`` uint8 arrays,
-      every image of one size): ``[B, C, H, W]`` float32, pixels scaled to [0, 1] and normalized by ``mean`` /
+    * an image column (``image_column``: a ``datasets.Image`` column, decoded to ``[C, H, W]``, or a column of
+      ``[H, W]`` / ``[H, W, C]`` uint8 arrays; every image of one size): ``[B, C, H, W]`` float32, pixels scaled to [0, 1] and normalized by ``mean`` /
       ``std`` per channel (a grey image is repeated to ``len(mean)`` channels). With ``augment`` a training batch
       is randomly cropped (zero padding ``padding``) and flipped, drawn from the batch's keys
       (:func:`~fccolit.datasets.images.random_crop_flip`), so the same after a resume and on any number of
@@ -55,6 +55,10 @@ class ArrowRowsDataset(Dataset):
             raise ValueError("ArrowRowsDataset: give either feature_columns or image_column")
         columns = [image_column] if image_column is not None else list(feature_columns)
         self.table = table.with_format("torch", columns=columns)
+        if image_column is not None:
+            import datasets
+
+            self.decoded_chw = isinstance(table.features[image_column], datasets.Image)  # datasets' torch layout
         self.feature_columns, self.image_column = list(feature_columns), image_column
         for name, value in fields.items():
             if value.shape[0] != len(table):
@@ -92,9 +96,9 @@ class ArrowRowsDataset(Dataset):
                     "them to one size first (e.g. datasets.Dataset.map with PIL's resize)"
                 )
             images = torch.stack(list(images))
-        if images.dim() == 3:  # [B, H, W]: grey
+        if images.dim() == 3:  # [B, H, W]: grey arrays
             images = images.unsqueeze(-1)
-        x = images.permute(0, 3, 1, 2)  # [B, C, H, W]
+        x = images if self.decoded_chw else images.permute(0, 3, 1, 2)  # [B, C, H, W]
         channels = self.mean.shape[1]
         if x.shape[1] == 1 and channels > 1:
             x = x.expand(-1, channels, -1, -1)
