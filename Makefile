@@ -1,18 +1,22 @@
 # The README's two commands: `make demo` (quickstart training run) and `make test` (the whole suite).
-# Both create or refresh the local .venv from the pinned versions in pyproject.toml.
+# Both create or refresh the local .venv with the exact versions of constraints.txt; pyproject.toml declares only
+# the ranges a pip user gets. `make constraints` rewrites constraints.txt from the .venv after an upgrade there.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# pip, then setuptools (the build backend) at their pinned versions; the package is then built without build
+# isolation, by that setuptools, so that nothing in the environment floats.
+PIP := $(VENV)/bin/python -m pip install --quiet --constraint constraints.txt
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test bench wheel constraints clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -e ".[dev]"
+	$(PIP) --upgrade pip setuptools
+	$(PIP) --no-build-isolation -e ".[dev,clip]"
 	touch $(STAMP)
 
 demo: venv
@@ -24,8 +28,17 @@ test: venv
 # The LibAUC comparisons need LibAUC itself, a benchmark-only dependency: its import needs only packages the
 # dev extra already has, so it goes in without its own (heavy, optional) requirements.
 bench: venv
-	$(VENV)/bin/python -m pip install --quiet --no-deps libauc==2.0.1
+	$(PIP) --no-deps libauc
 	$(VENV)/bin/python benchmarks/run.py --quick
 
+# dist/fccolit-<version>-py3-none-any.whl: `pip install` it anywhere (the configs ship inside it).
+wheel: venv
+	$(VENV)/bin/python -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
+
+constraints:
+	{ echo "# The exact versions that \`make venv\` installs (pip install -c constraints.txt): the environment the"; \
+	  echo "# tests pass in. pyproject.toml declares ranges. Written by \`make constraints\` from .venv."; \
+	  $(VENV)/bin/python -m pip freeze --all --exclude-editable; } > constraints.txt
+
 clean:
-	rm -rf $(VENV) lightning_logs
+	rm -rf $(VENV) lightning_logs build dist

@@ -28,6 +28,7 @@ from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCL
 
 from fccolit.algorithms import FCCOModule
 from fccolit.datamodules import FCCODataModule
+from fccolit.resources import resolve_config_args
 
 
 def data_sizes(datamodule: FCCODataModule) -> dict[str, int]:
@@ -258,6 +259,14 @@ def main(args: ArgsType = None, run: bool = True) -> FCCOLitCLI:
     import fccolit.objectives  # noqa: F401
     import fccolit.optim  # noqa: F401
 
+    try:  # a --config value that is no file may name a packaged config: `--config movielens/song`
+        if args is None:
+            sys.argv[1:] = resolve_config_args(sys.argv[1:])
+        elif isinstance(args, list):
+            args = resolve_config_args(args)
+    except FileNotFoundError as err:
+        sys.stderr.write(f"fccolit: error: {err}\n")
+        sys.exit(2)
     return FCCOLitCLI(
         FCCOModule,
         FCCODataModule,

@@ -26,6 +26,7 @@ References:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -314,6 +315,13 @@ class TorchvisionBackbone(_OutputSized):
 
 
 # ---------------------------------------------------------------------------------------------- CLIP
+def require_transformers() -> None:
+    """Raise a one-line ``ImportError`` saying how to install transformers, which only the CLIP models need (it is
+    the ``clip`` extra, not a dependency of fccolit itself)."""
+    if importlib.util.find_spec("transformers") is None:
+        raise ImportError("the CLIP models need transformers, which is not installed: pip install 'fccolit[clip]'")
+
+
 class CLIPClassifier(_OutputSized):
     """A CLIP image/text model (transformers' ``CLIPModel``) used as an image classifier.
 
@@ -361,6 +369,7 @@ class CLIPClassifier(_OutputSized):
         logit_scale: float | None = None,
     ) -> None:
         super().__init__()
+        require_transformers()
         from transformers import CLIPConfig, CLIPModel
 
         if head not in ("zero_shot", "linear"):
@@ -471,6 +480,7 @@ def write_tiny_clip(folder: str | os.PathLike, image_size: int = 224, patch_size
     """
     import string
 
+    require_transformers()
     from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
 
     folder = Path(folder)
