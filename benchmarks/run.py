@@ -13,7 +13,9 @@ Runs, each writing its ``benchmarks/results/<name>.md``, then assembles ``benchm
 * ``ranking_data.py``: MovieLens-20M-sized parse / cache load, sampler-versus-step throughput, LibAUC's MovieLens
   data path (when installed);
 * ``step_overhead.py``: ADAP, PAUCRange, SONEX (with / without MSVR) and SOX step versus plain step over MLP widths
-  128 … 2048 (Lightning, table and plot); ``song_step.py``: SONG / K-SONG / SOLC (raw, at MovieLens-20M table sizes).
+  128 … 2048 (Lightning, table and plot); ``song_step.py``: SONG / K-SONG / SOLC (raw, at MovieLens-20M table sizes);
+* ``handwritten.py``: the hand-written optimizers, samplers and readers against torch.optim, DistributedSampler, pandas,
+  scikit-learn, torchvision, json and datasets on the same work.
 
 ``--quick`` uses reduced sizes (under 10 minutes on the 2-core development machine); without it, full sizes. The last
 line printed is ``summary: fcco_overhead_max=<x> libauc_speedup_min=<y>``: the worst FCCO / plain step ratio of
@@ -95,6 +97,8 @@ def main() -> None:
             sub(["benchmarks/step_overhead.py", *quick, "--write"])
         if "song_step" not in args.skip:
             sub(["benchmarks/song_step.py", *quick])
+        if "handwritten" not in args.skip:
+            sub(["benchmarks/handwritten.py", *quick, "--write"], required=False)
     sub(["benchmarks/collect.py"])
     print(f"all benchmarks: {time.perf_counter() - start:.0f} s")
     fmt = lambda xs, f: f"{f(xs):.3f}" if xs else "nan"  # noqa: E731
