@@ -129,7 +129,7 @@ def require_columns(table: Any, columns: Sequence[str], where: str) -> None:
 
 def column(table: Any, name: str) -> np.ndarray:
     """The whole column ``name`` of ``table`` as numpy (``[N]``, or ``[N, K]`` for a fixed-length list column)."""
-    return np.asarray(table.with_format("numpy", columns=[name])[name])
+    return np.asarray(table.with_format("numpy", columns=[name])[:][name])  # [:]: one batch read, not row by row
 
 
 def named_splits(tables: Any, source: Any, train_split: str, val_split: str | None, test_split: str | None) -> dict:
