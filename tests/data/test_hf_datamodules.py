@@ -353,3 +353,22 @@ def test_the_configs_a9a_command_writes_a_parquet_the_datamodule_reads(tmp_path)
     assert dm.label_values == (-1.0, 1.0)
     assert dm.sizes["num_features"] == 123
     assert sum(len(t) for t in dm.tables.values()) == 32561  # a9a's rows
+
+
+# ------------------------------------------------------------------------------------------------- README
+def test_the_readme_five_lines_run_as_written(tmp_path, monkeypatch):
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Your own data in five lines", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(300, 3)).astype(np.float32)
+    pd.DataFrame({"f0": x[:, 0], "f1": x[:, 1], "f2": x[:, 2],
+                  "label": (x[:, 0] + 0.3 * rng.normal(size=300) > 1.0).astype(int)}).to_parquet(tmp_path / "my_table.parquet")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")  # datasets' default cache, here
+    namespace: dict = {}
+    exec(block, namespace)
+    assert namespace["model"].state.visited().any() and namespace["data"].sizes["num_features"] == 3
+    assert any((tmp_path / "hf").rglob("*.arrow"))
