@@ -9,7 +9,7 @@ References:
 from __future__ import annotations
 
 import warnings
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 import torchmetrics
@@ -18,6 +18,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from fccolit.data import identity_collate
+from fccolit.metrics.figures import figure_writer, log_constraint_figure
 from fccolit.samplers import SequentialShardSampler
 
 __all__ = [
@@ -153,6 +154,9 @@ class ConstraintViolationLogger(Callback):
                                    past iterates: for ALEXR2 the inner iterates z, not the evaluated anchor w_t)
         {stage}/multiplier_<i>     the same values as penalty_weight_<i>, under the tag used before the two were
                                    told apart (``legacy_multiplier_tags``)
+        {stage}/figures/constraints  (TensorBoard image, ``figure``) every h_i against the epoch so far, named by
+                                   the objective's constraint_names(), with the line h = 0: all constraints in one
+                                   picture (the history is kept in the callback's checkpoint state)
 
     Exact across DDP ranks: every rank sums ``(Σ, count)`` per constraint over its shard in a
     :class:`ConstraintStatistics` metric, torchmetrics adds the sums of every rank up and they are divided once, so
@@ -167,6 +171,8 @@ class ConstraintViolationLogger(Callback):
             older ``constraint_weights()``).
         log_kkt_multipliers: log the Prop. 5.2 multipliers from the full-data constraint values.
         legacy_multiplier_tags: also log the penalty weights as ``{stage}/multiplier_<i>`` (the old tag name).
+        figure: draw ``{stage}/figures/constraints`` (rank 0, TensorBoard loggers only; see
+            :func:`fccolit.metrics.figures.log_constraint_figure`).
     """
 
     def __init__(
@@ -177,6 +183,7 @@ class ConstraintViolationLogger(Callback):
         log_weights: bool = True,
         log_kkt_multipliers: bool = True,
         legacy_multiplier_tags: bool = True,
+        figure: bool = True,
     ) -> None:
         unknown = set(stages) - {"train", "val", "test"}
         if unknown:
@@ -188,6 +195,14 @@ class ConstraintViolationLogger(Callback):
         self.log_kkt_multipliers, self.legacy_multiplier_tags = log_kkt_multipliers, legacy_multiplier_tags
         self._statistics: ConstraintStatistics | None = None  # the stage's running (Σ, count), made at first use
         self.last: dict[str, dict[str, float]] = {}  # the most recent values per stage (for scripts)
+        self.figure = figure
+        self.history: dict[str, list[tuple[int, list[float]]]] = {}  # per stage: (epoch, h) at each logging
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = {stage: [(int(e), list(h)) for e, h in rows] for stage, rows in state_dict["history"].items()}
 
     # ------------------------------------------------------------------ when
     def _due(self, trainer: Trainer, stage: str) -> bool:
@@ -232,6 +247,20 @@ class ConstraintViolationLogger(Callback):
         for name, value in values.items():  # identical on every rank: no sync needed
             pl_module.log(name, value, on_step=False, on_epoch=True, sync_dist=False)
         self.last[stage] = values
+        self._draw(pl_module, stage, h)
+
+    def _draw(self, pl_module: LightningModule, stage: str, h: Tensor) -> None:
+        """Append ``h`` to the stage's history and draw the history (:func:`log_constraint_figure`)."""
+        history = self.history.setdefault(stage, [])
+        history.append((pl_module.current_epoch, h.tolist()))
+        writer = figure_writer(pl_module.trainer) if self.figure else None
+        if writer is None:
+            return
+        objective = _objective(pl_module)
+        names = objective.constraint_names() if hasattr(objective, "constraint_names") else [
+            f"constraint_{i}" for i in range(len(h))]
+        epochs, values = zip(*history)
+        log_constraint_figure(writer, stage, epochs, torch.tensor(values), names, pl_module.global_step)
 
     # ------------------------------------------------------------------ evaluation stages
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

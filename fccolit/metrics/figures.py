@@ -1,0 +1,183 @@
+"""TensorBoard pictures of what the evaluation metrics already hold: precision-recall and ROC curves (binary data;
+one line per task for multi-label data), NDCG@k against k (ranking), and constraint values over the epochs.
+
+The curves come from the metrics' last ``compute()`` (:meth:`~fccolit.metrics.EvaluationMetrics.named_curves`):
+the binary metrics' ROC vertices (the sort AP, AUROC and pAUC are computed from) and the NDCG metrics' sums of
+NDCG@j per cut-off j. Nothing passes over the data again, and under DDP the curves are the global ones (computed
+from the synchronized states, like the logged values).
+
+Written only on global rank 0 and only to a :class:`~lightning.pytorch.loggers.TensorBoardLogger` (any other
+logger: nothing is drawn). A figure is a ``matplotlib.figure.Figure`` drawn on the Agg canvas (no ``pyplot``: no GUI
+backend, no global list of open figures), rendered once to an RGB image for ``add_image`` and then released. Curves
+with many vertices are thinned to at most ``MAX_POINTS`` points evenly spaced along the curve's length, which no
+screen tells apart from the full curve. Tags, for an evaluation group ``val`` (``test``, ``val_anchor``, ...):
+
+* ``val/figures/precision_recall``, ``val/figures/roc`` (images): one line per task, AP / AUROC in the legend, the
+  positive rate and the diagonal dashed;
+* ``val/pr_curve`` (``val/pr_curve/<task>``): TensorBoard's interactive PR-curve plugin, at most 127 thresholds;
+* ``val/figures/ndcg_at_k`` (image): NDCG@k against k = 1..K for the largest cut-off K logged;
+* ``<stage>/figures/constraints`` (image, from :class:`~fccolit.callbacks.ConstraintViolationLogger`): each
+  constraint ``h_i`` against the epoch, with the feasibility line ``h = 0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fccolit.metrics.classification import ROCVertices, _auroc_of, _average_precision_of
+
+__all__ = [
+    "MAX_POINTS",
+    "figure_writer",
+    "log_curve_figures",
+    "log_constraint_figure",
+    "thin",
+    "render",
+]
+
+#: at most this many points per drawn line
+MAX_POINTS = 1000
+#: TensorBoard's PR-curve plugin takes at most 127 thresholds
+PR_PLUGIN_THRESHOLDS = 127
+
+
+def figure_writer(trainer: Any) -> Any | None:
+    """The ``SummaryWriter`` of the trainer's TensorBoard logger on global rank 0; None on other ranks, without a
+    trainer or without a TensorBoard logger."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    if trainer is None or trainer.global_rank != 0:
+        return None
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            return logger.experiment
+    return None
+
+
+def thin(x: Tensor, y: Tensor, max_points: int = MAX_POINTS) -> Tensor:
+    """Indices ``[P]`` (increasing, first and last included, ``P <= max_points``) of the points of the polyline
+    ``(x [V], y [V])`` nearest to ``max_points − 1`` marks evenly spaced along its length (|Δx| + |Δy|): the steep
+    start of a PR curve keeps its points as well as the long flat tail."""
+    n = x.numel()
+    if n <= max_points:
+        return torch.arange(n)
+    length = torch.cat([x.new_zeros(1), torch.cumsum((x.diff().abs() + y.diff().abs()).double(), 0)])
+    marks = torch.linspace(0.0, float(length[-1]), max_points - 1, dtype=torch.float64)
+    index = torch.searchsorted(length, marks).clamp_max(n - 1)
+    return torch.unique(torch.cat([index, torch.tensor([0, n - 1])]))
+
+
+def render(figure: Any) -> np.ndarray:
+    """``figure`` drawn on a new Agg canvas as an ``[H, W, 3]`` uint8 image; the figure is cleared afterwards."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    image = np.asarray(canvas.buffer_rgba())[..., :3].copy()
+    figure.clear()
+    return image
+
+
+def _axes(title: str, xlabel: str, ylabel: str) -> tuple[Any, Any]:
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(5.0, 3.8), dpi=100, layout="constrained")
+    axes = figure.add_subplot()
+    axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    axes.grid(alpha=0.3)
+    return figure, axes
+
+
+def _task(key: str) -> str:
+    """``"roc/<task>"`` -> ``"<task>: "``, ``"roc"`` -> ``""`` (the legend's prefix)."""
+    return f"{key.split('/', 1)[1]}: " if "/" in key else ""
+
+
+def _precision_recall_figure(curves: Mapping[str, ROCVertices], title: str) -> Any:
+    figure, axes = _axes(title, "recall", "precision")
+    for key, roc in curves.items():
+        recall, precision = roc.precision_recall()
+        keep = thin(recall, precision)
+        line, = axes.plot(recall[keep].numpy(), precision[keep].numpy(), lw=1.5,
+                          label=f"{_task(key)}AP {float(_average_precision_of(roc)):.4f}")
+        rate = roc.num_positives / (roc.num_positives + roc.num_negatives)
+        axes.axhline(rate, color=line.get_color(), ls="--", lw=0.8)  # a random ranking's precision
+    axes.set(xlim=(0, 1), ylim=(0, 1.02))
+    axes.legend(loc="upper right", fontsize="small")
+    return figure
+
+
+def _roc_figure(curves: Mapping[str, ROCVertices], title: str) -> Any:
+    figure, axes = _axes(title, "false positive rate", "true positive rate")
+    axes.plot([0, 1], [0, 1], color="grey", ls="--", lw=0.8)
+    for key, roc in curves.items():
+        if roc.num_negatives == 0:  # no ROC curve without negatives
+            continue
+        fpr, tpr = roc.roc()
+        keep = thin(fpr, tpr)
+        axes.plot(fpr[keep].numpy(), tpr[keep].numpy(), lw=1.5, label=f"{_task(key)}AUROC {float(_auroc_of(roc)):.4f}")
+    axes.set(xlim=(0, 1), ylim=(0, 1.02))
+    axes.legend(loc="lower right", fontsize="small")
+    return figure
+
+
+def _cutoff_figure(curves: Mapping[str, Tensor], title: str) -> Any:
+    figure, axes = _axes(title, "cut-off k", "NDCG@k")
+    for key, values in curves.items():
+        k = np.arange(1, values.numel() + 1)
+        axes.plot(k, values.cpu().numpy(), marker="o" if values.numel() <= 50 else None, ms=3, lw=1.5,
+                  label=key.replace("@k", ""))
+    axes.legend(loc="lower right", fontsize="small")
+    return figure
+
+
+def _add_pr_curve(writer: Any, tag: str, roc: ROCVertices, step: int) -> None:
+    """TensorBoard's PR-curve plugin from the ROC vertices, thinned to 127 thresholds (in its order: lowest
+    threshold, everything predicted positive, first)."""
+    recall, precision = roc.precision_recall()
+    keep = thin(recall, precision, PR_PLUGIN_THRESHOLDS).flip(0)
+    tp, fp = roc.tps[1:][keep], roc.fps[1:][keep]
+    writer.add_pr_curve_raw(
+        tag, tp.numpy(), fp.numpy(), (roc.num_negatives - fp).numpy(), (roc.num_positives - tp).numpy(),
+        precision[keep].numpy(), recall[keep].numpy(), global_step=step, num_thresholds=keep.numel(),
+    )
+
+
+def log_curve_figures(writer: Any, group: str, curves: Mapping[str, Any], step: int) -> None:
+    """Write the figures of ``curves`` (:meth:`~fccolit.metrics.EvaluationMetrics.named_curves`) under
+    ``{group}/...`` (see the module docstring) at ``step``."""
+    curves = {key: c.cpu() if isinstance(c, Tensor) else ROCVertices(c.fps.cpu(), c.tps.cpu())
+              for key, c in curves.items()}
+    rocs = {key: c for key, c in curves.items() if isinstance(c, ROCVertices) and c.num_positives > 0}
+    cutoffs = {key: c for key, c in curves.items() if isinstance(c, Tensor) and c.numel() > 1}
+    if rocs:
+        writer.add_image(f"{group}/figures/precision_recall",
+                         render(_precision_recall_figure(rocs, f"{group}: precision-recall, step {step}")),
+                         step, dataformats="HWC")
+        writer.add_image(f"{group}/figures/roc", render(_roc_figure(rocs, f"{group}: ROC, step {step}")), step,
+                         dataformats="HWC")
+        for key, roc in rocs.items():
+            _add_pr_curve(writer, f"{group}/pr_curve{key[len('roc'):]}", roc, step)
+    if cutoffs:
+        writer.add_image(f"{group}/figures/ndcg_at_k", render(_cutoff_figure(cutoffs, f"{group}: NDCG@k, step {step}")),
+                         step, dataformats="HWC")
+
+
+def log_constraint_figure(
+    writer: Any, stage: str, epochs: Sequence[int], values: Tensor, names: Sequence[str], step: int
+) -> None:
+    """Write ``{stage}/figures/constraints``: each constraint's value ``values [E, m]`` against ``epochs [E]``,
+    labelled by ``names [m]`` (a legend up to 12 constraints), with the line ``h = 0`` (at or below: met)."""
+    figure, axes = _axes(f"{stage}: constraints h_i (<= 0: met), step {step}", "epoch", "h_i")
+    axes.axhline(0.0, color="black", lw=0.8)
+    values = values.detach().double().cpu().numpy()
+    marker = "o" if len(epochs) <= 50 else None
+    for i, name in enumerate(names):
+        axes.plot(list(epochs), values[:, i], marker=marker, ms=3, lw=1.2, label=name)
+    if len(names) <= 12:
+        axes.legend(loc="best", fontsize="x-small")
+    writer.add_image(f"{stage}/figures/constraints", render(figure), step, dataformats="HWC")
