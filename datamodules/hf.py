@@ -3,16 +3,15 @@
 
 Four DataModules map a table's columns onto the batch fields the algorithms read and feed the library's samplers:
 
-==============================  ==================================================  ================================
-class                           columns                                             training batches
-==============================  ==================================================  ================================
-:class:`HFClassificationDataModule`  ``features`` or ``image``; ``label`` (one column:   :class:`~fccolit.samplers.DualSampler` /
-                                binary; several, or a list column: multi-label)     :class:`~fccolit.samplers.MultiLabelSampler`
-:class:`HFGroupedDataModule`    ``features``, ``label``, ``group``                  :class:`~fccolit.samplers.group.GroupBatchSampler`
-                                                                                    (or stratified by group × label)
-:class:`HFRankingDataModule`    ``query``, ``features``, ``relevance`` (LTR lists)  :class:`~fccolit.samplers.ranking.QueryBatchSampler`
-:class:`HFRecommendationDataModule`  ``user``, ``item``, ``rating`` (, ``time``)     :class:`~fccolit.samplers.ranking.QueryBatchSampler`
-==============================  ==================================================  ================================
+* :class:`HFClassificationDataModule`: ``features`` or ``image``, and ``label`` (one column: binary, a
+  :class:`~fccolit.samplers.DualSampler`; several columns or a list column: multi-label, a
+  :class:`~fccolit.samplers.MultiLabelSampler`);
+* :class:`HFGroupedDataModule`: ``features``, ``label``, ``group`` (a
+  :class:`~fccolit.samplers.group.GroupBatchSampler`, or batches stratified by (group × label) cell);
+* :class:`HFRankingDataModule`: ``query``, ``features``, ``relevance``, one row per document (a
+  :class:`~fccolit.samplers.ranking.QueryBatchSampler` over learning-to-rank lists);
+* :class:`HFRecommendationDataModule`: ``user``, ``item``, ``rating`` and optionally ``time`` (a
+  :class:`~fccolit.samplers.ranking.QueryBatchSampler` over users, MovieLens' protocols).
 
 Caching is ``datasets``' own: a file is converted once into an Arrow table in ``cache_dir`` (default: ``datasets``'
 cache, ``~/.cache/huggingface/datasets`` or ``$HF_DATASETS_CACHE``), keyed by its fingerprint, and memory-mapped on
