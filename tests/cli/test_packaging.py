@@ -11,7 +11,7 @@ def test_every_package_directory_is_listed_in_pyproject():
     listed = set(config["packages"])
     mapped = {v: k for k, v in config["package-dir"].items()}  # directory -> package name
     found = set()
-    for top in ("fccolit", "datamodules", "callbacks"):
+    for top in ("fccolit", *mapped):  # the package folders: fccolit/ and the mapped ones (datamodules/, configs/, ...)
         for init in (ROOT / top).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT).as_posix()
             head, _, rest = rel.partition("/")
