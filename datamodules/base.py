@@ -11,6 +11,7 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
 from fccolit.data import TensorDictDataset, identity_collate
+from fccolit.io.cache import CacheUse, recording_cache_uses
 from fccolit.samplers import RankAwareBatchSampler, SequentialShardSampler
 
 
@@ -45,6 +46,15 @@ class ResumableDataLoader(DataLoader):
         """Nothing to restore: :meth:`FCCODataModule.load_state_dict` restores the training sampler."""
 
 
+def _binary_positives(dataset: Dataset) -> int | None:
+    """The number of positive labels of a :class:`TensorDictDataset` whose ``y`` is one column of 0 / 1 labels
+    (None for any other dataset or labels)."""
+    labels = dataset.fields.get("y") if isinstance(dataset, TensorDictDataset) else None
+    if labels is None or labels.dim() != 1 or labels.numel() == 0 or labels.is_floating_point() or int(labels.max()) > 1:
+        return None
+    return int((labels > 0).sum())
+
+
 class FCCODataModule(LightningDataModule):
     """Base DataModule.
 
@@ -56,8 +66,14 @@ class FCCODataModule(LightningDataModule):
     checkpoint written mid-epoch continues with exactly the batches the interrupted run would have seen.
     """
 
+    #: what one row of a split is, in :meth:`summary` ("rows" of a table, "queries" of a ranking data set)
+    summary_unit = "rows"
+    #: True when the data has no validation split and validates on the test split (the CLI warns when it does)
+    val_is_test = False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Every subclass's constructor checks its batch-size arguments (:func:`check_batch_sizes`) first."""
+        """Every subclass's constructor checks its batch-size arguments (:func:`check_batch_sizes`) first, and
+        records the cache entries it reads or writes (:attr:`cache_uses`)."""
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")
         if init is None:
@@ -73,7 +89,9 @@ class FCCODataModule(LightningDataModule):
             if bound is not None:
                 bound.apply_defaults()
                 check_batch_sizes(type(self).__name__, {k: v for k, v in bound.arguments.items() if k != "self"})
-            init(self, *args, **kw)
+            with recording_cache_uses() as uses:
+                init(self, *args, **kw)
+            self.cache_uses: list[CacheUse] = uses
 
         cls.__init__ = checked_init
 
@@ -88,6 +106,27 @@ class FCCODataModule(LightningDataModule):
         self.test_dataset: Dataset | None = None
         self._train_sampler: RankAwareBatchSampler | None = None
         self._sampler_state: dict[str, int] | None = None
+        self.cache_uses = []
+
+    # ------------------------------------------------------------------ what the data is
+    def summary(self) -> str:
+        """One line saying what was loaded: each split's size in :attr:`summary_unit` (with its positives when
+        the split's labels ``y`` are one binary column), and each cache entry read (hit) or written (miss), e.g.
+        ``LibSVMDataModule: train 26,049 rows (6,275 positives), val 6,512 rows (1,566 positives), test 16,281 rows
+        (3,846 positives); cache hit /home/u/.cache/fccolit/libsvm-a9a-…``. Splits not set up yet are left out."""
+        splits = []
+        for split, dataset in (("train", self.train_dataset), ("val", self.val_dataset), ("test", self.test_dataset)):
+            if dataset is None:
+                continue
+            text = f"{split} {len(dataset):,} {self.summary_unit}"
+            positives = _binary_positives(dataset)
+            if positives is not None:
+                text += f" ({positives:,} positives)"
+            if split == "val" and self.val_is_test:
+                text += " (the test split)"
+            splits.append(text)
+        cache = "; ".join(use.describe() for use in self.cache_uses) or "no cache"
+        return f"{type(self).__name__}: {', '.join(splits) or 'not set up'}; {cache}"
 
     # ------------------------------------------------------------------ to implement
     def build_train_sampler(self) -> RankAwareBatchSampler:

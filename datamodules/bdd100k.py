@@ -190,7 +190,7 @@ class BDD100KDataModule(FCCODataModule):
         for split, folder in self.image_dirs.items():
             if not folder.is_dir():
                 raise FileNotFoundError(f"BDD100K image folder not found: {folder} (extract the 100K images package from {BDD100K_URL} into {self.root})")
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(self.root)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         key = cache_key(self.label_files, {"reader": "bdd100k-attributes"}, prefix="bdd100k")
         self._arrays = cached_arrays(self.cache_dir, key, self._read)
         self._build_splits()

@@ -161,7 +161,7 @@ class CheXpertDataModule(FCCODataModule):
 
         self.data_dir = self._find_data_dir(Path(root))
         files = [self.data_dir / "train.csv", self.data_dir / "valid.csv"]
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(self.data_dir)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         key = cache_key(files, {"reader": "chexpert-csv", "labels": self.labels}, prefix="chexpert")
         self._arrays = cached_arrays(self.cache_dir, key, self._read)
         self._build_splits()

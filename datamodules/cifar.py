@@ -151,7 +151,8 @@ class CIFARLTDataModule(FCCODataModule):
         seed: the long-tail selection (LDAM's ``rand_number``), the split, the dropping of positives and the sampler.
         download: fetch and extract the archive with torchvision's downloader when the files are missing.
         num_workers, eval_batch_size: DataLoader workers and evaluation batch size.
-        cache_dir: folder of the cache entries (None: ``root/.fccolit-cache`` or ``~/.cache/fccolit``).
+        cache_dir: folder of the cache entries (None: the user cache folder,
+            ``$FCCOLIT_CACHE_DIR`` or ``~/.cache/fccolit``: :func:`~fccolit.io.default_cache_dir`).
 
     Attributes:
         class_names: the C class names; class_counts: training images per class after the long tail (and, for
@@ -203,7 +204,7 @@ class CIFARLTDataModule(FCCODataModule):
         spec = CIFAR_SPECS[dataset]
         self.folder = self._find_folder(Path(root), spec, download)
         files = [self.folder / n for n in (*spec["train"], *spec["test"], spec["meta"])]
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(root)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         key = cache_key(files, {"reader": "cifar-pickle", "dataset": dataset}, prefix=dataset)
         self._arrays = cached_arrays(self.cache_dir, key, lambda: self._read(spec))
         self.class_names = [str(n) for n in self._arrays["class_names"]]

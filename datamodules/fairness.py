@@ -85,8 +85,8 @@ class FairnessDataModule(GroupedDataModule):
         missing: Adult's ``?`` values: ``"keep"`` (a category of its own) or ``"drop"`` (drop the row).
         include_group_feature: keep the protected attribute among the features.
         propublica_filter: apply ProPublica's row filter to COMPAS.
-        cache_dir: where the parsed arrays are cached (None: ``root/.fccolit-cache``, or ``~/.cache/fccolit`` when
-            ``root`` is read-only).
+        cache_dir: where the parsed arrays are cached (None: the user cache folder,
+            ``$FCCOLIT_CACHE_DIR`` or ``~/.cache/fccolit``: :func:`~fccolit.io.default_cache_dir`).
         stratify_by_cell: batches stratified by (group × class) cell, every cell in every batch (and in each half
             of it; see :class:`~fccolit.datamodules.grouped.GroupedDataModule`). Plain shuffled batches of 128 cut
             in ALEXR2's two halves of 64 miss Adult's rarest cell (women with income > 50K) in one half of about
@@ -148,7 +148,7 @@ class FairnessDataModule(GroupedDataModule):
             "include_group_feature": bool(include_group_feature),
             "seed": int(seed),
         }
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(self.root)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.cache_key = cache_key(self.files, options, prefix=f"fairness-{dataset}")
         self._arrays = cached_arrays(self.cache_dir, self.cache_key, self._build)
         self.feature_names = [str(n) for n in self._arrays["feature_names"]]

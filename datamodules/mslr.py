@@ -177,7 +177,8 @@ class MSLRDataModule(RankingDataModule):
         empty_queries: ``"keep"`` or ``"drop"`` queries without a relevant document from evaluation.
         seed: seeds the training stream.
         num_workers, eval_batch_size: DataLoader workers and queries per evaluation batch.
-        cache_dir: cache location (None: ``root/.fccolit-cache`` or ``~/.cache/fccolit``).
+        cache_dir: cache location (None: the user cache folder,
+            ``$FCCOLIT_CACHE_DIR`` or ``~/.cache/fccolit``: :func:`~fccolit.io.default_cache_dir`).
     """
 
     def __init__(

@@ -40,9 +40,11 @@ class RankingDataModule(FCCODataModule):
         top_k: K of the ``ideal_dcg_at_k`` field (None: the field is absent).
         seed: seeds the training stream (queries and items).
         num_workers, eval_batch_size: DataLoader workers and queries per evaluation batch.
-        cache_dir: where the parsed arrays are cached (None: ``root/.fccolit-cache``, or ``~/.cache/fccolit`` when
-            the data folder is read-only).
+        cache_dir: where the parsed arrays are cached (None: the user cache folder,
+            ``$FCCOLIT_CACHE_DIR`` or ``~/.cache/fccolit``: :func:`~fccolit.io.default_cache_dir`).
     """
+
+    summary_unit = "queries"
 
     def __init__(
         self,
@@ -70,7 +72,7 @@ class RankingDataModule(FCCODataModule):
     def _cached(self, root: Path, files: Sequence[Path], options: Mapping[str, Any], prefix: str,
                 build: Callable[[], Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """The arrays of ``build`` through the atomic cache, keyed by ``files`` and ``options``."""
-        self.cache_dir = Path(self._cache_dir) if self._cache_dir is not None else default_cache_dir(root)
+        self.cache_dir = Path(self._cache_dir) if self._cache_dir is not None else default_cache_dir()
         self.cache_key = cache_key(files, options, prefix=prefix)
         return cached_arrays(self.cache_dir, self.cache_key, build)
 
@@ -152,7 +154,8 @@ class RecommendationDataModule(RankingDataModule):
         seed: seeds the training stream.
         num_workers: DataLoader workers.
         eval_batch_size: users per evaluation batch (full ranking scores ``[eval_batch_size, num_items]`` at once).
-        cache_dir: cache location (None: ``root/.fccolit-cache`` or ``~/.cache/fccolit``).
+        cache_dir: cache location (None: the user cache folder,
+            ``$FCCOLIT_CACHE_DIR`` or ``~/.cache/fccolit``: :func:`~fccolit.io.default_cache_dir`).
     """
 
     def __init__(

@@ -107,6 +107,8 @@ class SyntheticRankingDataModule(FCCODataModule):
         seed: seeds the data and the training stream.
     """
 
+    summary_unit = "queries"
+
     def __init__(
         self,
         task: str = "recommendation",

@@ -14,6 +14,12 @@ moved aside with a warning and rebuilt.
 Entries are written to a temporary directory next to the final one and renamed into place when complete, so no
 reader ever sees a half-written entry; when several processes (e.g. DDP ranks) build the same key at once, the
 first rename wins and the others discard their copy and load the winner's.
+
+Why not the ``datasets`` cache (``load_dataset`` / ``save_to_disk``): it keys a local file by its path and
+modification time, so an edit that keeps both serves the old rows (``tests/data/test_cache_vs_datasets.py``), and
+``load_from_disk`` maps its Arrow files without checking them. The check is this cache's whole cost: loading a
+CACHE_MIB MiB entry takes CACHE_RATIO the time of ``datasets.load_from_disk`` and CACHE_NP that of a bare
+``np.load(mmap_mode="r")`` (``benchmarks/handwritten.py``), once per DataModule set-up.
 """
 
 from __future__ import annotations
@@ -26,14 +32,22 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-__all__ = ["CACHE_DIRNAME", "cache_key", "cached_arrays", "content_sha256", "default_cache_dir"]
+__all__ = [
+    "CACHE_DIRNAME", "CacheUse", "cache_key", "cached_arrays", "content_sha256", "default_cache_dir", "recording_cache_uses",
+]
 
-#: Folder created under a data set's root for its cache entries.
+#: The folder that earlier versions created under a data set's root for its cache entries; the DataModules skip it
+#: when they list a data folder's files.
 CACHE_DIRNAME = ".fccolit-cache"
+#: Environment variable naming the cache folder (see :func:`default_cache_dir`).
+CACHE_DIR_VARIABLE = "FCCOLIT_CACHE_DIR"
 #: Bumped when the layout of an entry changes, so old entries are not read with new code.
 CACHE_FORMAT = 2
 _HASH_BLOCK = 8 << 20  # bytes read at a time while hashing a file
@@ -85,25 +99,54 @@ def cache_key(files: Iterable[str | os.PathLike], options: Mapping[str, object],
     return f"{prefix}-{digest}" if prefix else digest
 
 
-def _writable(folder: Path) -> bool:
-    """Writable, and not marked read-only (root passes ``os.access`` even on an ``r-xr-xr-x`` folder)."""
+def default_cache_dir() -> Path:
+    """The user's cache folder for fccolit, never a data folder: ``$FCCOLIT_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/fccolit``, else ``~/.cache/fccolit``. Keys hash the files' contents, so one folder serves
+    every copy of a data set, wherever it lies."""
+    if os.environ.get(CACHE_DIR_VARIABLE):
+        return Path(os.environ[CACHE_DIR_VARIABLE]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "fccolit"
+
+
+@dataclass(frozen=True)
+class CacheUse:
+    """One call of :func:`cached_arrays`: the entry's folder and whether it was found (``hit``) or built; a built
+    entry that could not be written is ``stored=False`` (the arrays were used uncached)."""
+
+    entry: Path
+    hit: bool
+    stored: bool = True
+
+    def describe(self) -> str:
+        """``"cache hit <entry>"``, ``"cache miss, built <entry>"`` or ``"cache miss, not stored (<folder>)"``."""
+        if self.hit:
+            return f"cache hit {self.entry}"
+        return f"cache miss, built {self.entry}" if self.stored else f"cache miss, not stored ({self.entry.parent})"
+
+
+_cache_uses: ContextVar[list[CacheUse] | None] = ContextVar("fccolit_cache_uses", default=None)
+
+
+@contextmanager
+def recording_cache_uses() -> Iterator[list[CacheUse]]:
+    """Collect the :class:`CacheUse` of every :func:`cached_arrays` call made inside the ``with`` block (a nested
+    block shares the outer block's list)."""
+    uses = _cache_uses.get()
+    if uses is not None:
+        yield uses
+        return
+    uses = []
+    token = _cache_uses.set(uses)
     try:
-        return os.access(folder, os.W_OK) and bool(folder.stat().st_mode & 0o222)
-    except OSError:
-        return False
+        yield uses
+    finally:
+        _cache_uses.reset(token)
 
 
-def default_cache_dir(root: str | os.PathLike) -> Path:
-    """``<root>/.fccolit-cache``, or, when ``root`` is read-only (e.g. a shared data folder),
-    ``$FCCOLIT_CACHE`` / ``$XDG_CACHE_HOME/fccolit`` / ``~/.cache/fccolit`` (keys hash the file contents, so one
-    cache can serve several roots)."""
-    root = Path(root)
-    local = root / CACHE_DIRNAME
-    if (local.is_dir() and _writable(local)) or (not local.exists() and _writable(root)):
-        return local
-    if os.environ.get("FCCOLIT_CACHE"):
-        return Path(os.environ["FCCOLIT_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fccolit"
+def _record(entry: Path, hit: bool, stored: bool = True) -> None:
+    uses = _cache_uses.get()
+    if uses is not None:
+        uses.append(CacheUse(entry, hit, stored))
 
 
 class CorruptCacheEntry(RuntimeError):
@@ -218,7 +261,9 @@ def cached_arrays(
         if identity is None:
             break
         try:
-            return _load(entry, mmap)
+            arrays = _load(entry, mmap)
+            _record(entry, hit=True)
+            return arrays
         except CorruptCacheEntry as err:
             warnings.warn(f"cache entry {entry} is corrupt ({err}); rebuilding it", stacklevel=2)
             _set_aside(entry, identity)
@@ -238,6 +283,7 @@ def cached_arrays(
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the entry should be as readable as its folder
     except OSError as err:
         warnings.warn(f"cannot write the cache in {cache_dir} ({err}); using the arrays uncached", stacklevel=2)
+        _record(entry, hit=False, stored=False)
         return arrays
     try:
         _write(tmp, key, arrays)
@@ -250,13 +296,17 @@ def cached_arrays(
     except OSError as err:  # disk full, permissions, ...: never leave a partial entry, carry on uncached
         shutil.rmtree(tmp, ignore_errors=True)
         warnings.warn(f"cannot write the cache entry {entry} ({err}); using the arrays uncached", stacklevel=2)
+        _record(entry, hit=False, stored=False)
         return arrays
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     try:
-        return _load(entry, mmap)
+        arrays_back = _load(entry, mmap)
+        _record(entry, hit=False)
+        return arrays_back
     except CorruptCacheEntry as err:  # the winner of a race wrote a bad entry, or the disk lost it: ours is good
         warnings.warn(f"cache entry {entry} is corrupt right after writing ({err}); using the arrays uncached",
                       stacklevel=2)
+        _record(entry, hit=False, stored=False)
         return arrays

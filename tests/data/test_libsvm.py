@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fixtures import SHARED_DATA
+from builders import SHARED_DATA
 
 import fccolit.datamodules.libsvm as dm_module
 from fccolit.datamodules import LibSVMDataModule
 from fccolit.io import cache_key, cached_arrays, default_cache_dir, parse_libsvm, read_libsvm
-from fccolit.io.cache import CACHE_DIRNAME
+from fccolit.testing import write_libsvm
 
 A9A = SHARED_DATA / "libsvm-a9a"
 
@@ -229,16 +229,29 @@ def test_cache_concurrent_writer_loses_race_gracefully(tmp_path):
     assert sorted(p.name for p in cache.iterdir()) == ["k"]
 
 
-def test_default_cache_dir_respects_read_only_root(tmp_path, monkeypatch):
-    assert default_cache_dir(tmp_path) == tmp_path / CACHE_DIRNAME
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o555)
-    monkeypatch.setenv("FCCOLIT_CACHE", str(tmp_path / "user-cache"))
-    try:
-        assert default_cache_dir(ro) == tmp_path / "user-cache"
-    finally:
-        ro.chmod(0o755)
+def test_default_cache_dir_is_the_user_cache_never_the_data_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("FCCOLIT_CACHE_DIR", str(tmp_path / "mine"))
+    assert default_cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv("FCCOLIT_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "fccolit"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "fccolit"
+
+
+def test_a_datamodule_without_cache_dir_writes_nothing_into_the_data_folder(tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    root.mkdir()
+    write_libsvm(root, name="a9a")
+    monkeypatch.setenv("FCCOLIT_CACHE_DIR", str(tmp_path / "cache"))
+    before = sorted(p.name for p in root.iterdir())
+    data = LibSVMDataModule(root, name="a9a", batch_size=8, num_positives=2)
+    assert sorted(p.name for p in root.iterdir()) == before
+    assert data.cache_dir == tmp_path / "cache" and (tmp_path / "cache" / data.cache_key).is_dir()
+    assert [use.hit for use in data.cache_uses] == [False]
+    again = LibSVMDataModule(root, name="a9a", batch_size=8, num_positives=2)
+    assert [(use.entry, use.hit) for use in again.cache_uses] == [(tmp_path / "cache" / data.cache_key, True)]
 
 
 # ---------------------------------------------------------------------------------------------- DataModule
