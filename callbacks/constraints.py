@@ -198,6 +198,14 @@ class ConstraintViolationLogger(Callback):
         self.figure = figure
         self.history: dict[str, list[tuple[int, list[float]]]] = {}  # per stage: (epoch, h) at each logging
 
+    @property
+    def state_key(self) -> str:
+        """Unique per configuration, so that several loggers (e.g. one per stage) keep their histories apart in a
+        checkpoint."""
+        return self._generate_state_key(every_n_epochs=self.every_n_epochs, stages=self.stages, log_each=self.log_each,
+                                        log_weights=self.log_weights, log_kkt_multipliers=self.log_kkt_multipliers,
+                                        legacy_multiplier_tags=self.legacy_multiplier_tags, figure=self.figure)
+
     def state_dict(self) -> dict[str, Any]:
         return {"history": self.history}
 
