@@ -1,11 +1,25 @@
+"""The fixtures the tests share; the plain helpers are in ``builders.py``. A module takes an autouse-style fixture
+with ``pytestmark = pytest.mark.usefixtures("one_thread")``; only :func:`user_cache_of_the_session` applies to every
+test."""
+
 import os
 
 import pytest
 import torch
 
-from fccolit.testing import bdd_frames, write_bdd100k
+from fccolit.testing import bdd_frames, write_adult_files, write_bdd100k
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def user_cache_of_the_session(tmp_path_factory):
+    """DataModules built without ``cache_dir`` cache into a folder of this test session (``FCCOLIT_CACHE_DIR``, which
+    the console-script subprocesses inherit), never the user's ``~/.cache/fccolit``."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("FCCOLIT_CACHE_DIR", str(tmp_path_factory.mktemp("fccolit-cache")))
+    yield
+    patch.undo()
 
 
 @pytest.fixture
@@ -19,6 +33,38 @@ def binary_batch():
     pos_index = torch.full_like(y, -1)
     pos_index[y == 1] = torch.arange(m)
     return {"x": x, "y": y, "index": torch.arange(n), "pos_index": pos_index}
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: these tiny models gain nothing from more, and on a shared machine oversubscribed
+    threads make each step ~40× slower. Restored after each test."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def no_downloads(monkeypatch):
+    """Any attempt to fetch weights or hub files fails the test."""
+    import torch.hub
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a download was attempted: {args[:1]}")
+
+    monkeypatch.setattr(torch.hub, "load_state_dict_from_url", refuse)
+    monkeypatch.setattr(torch.hub, "download_url_to_file", refuse)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def adult_files(tmp_path_factory):
+    """A generated UCI Adult (``adult.data`` 300 rows, ``adult.test`` 120 rows) in the exact format: its folder."""
+    root = tmp_path_factory.mktemp("adult")
+    write_adult_files(root, 300, 120, seed=1)
+    return root
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from fixtures import dual_batches, toy_binary_data
-from lightning.pytorch import Callback, Trainer
-from torch.utils.data import DataLoader
+from builders import DDP_SCRIPTS, dual_batches, fit_batches, optimizer_of, toy_binary_data
+from builders import drive as drive_records
+from lightning.pytorch import Callback
 
 from fccolit.algorithms.sox import ADAP, MOAPV1, MOAPV2, SOAP
 from fccolit.callbacks.schedules import InverseSqrtSchedule
@@ -44,24 +44,10 @@ def make(cls, x, y, optimizer, project=True, **kw):
     return module.double()
 
 
-def optimizer_of(module):
-    configured = module.configure_optimizers()
-    return configured["optimizer"] if isinstance(configured, dict) else configured
-
-
 def drive(module, batches, before_step=None):
-    """The module's own step outside Lightning; returns the weights and U after every step."""
-    opt = optimizer_of(module)
-    out = []
-    for t, batch in enumerate(batches, 1):
-        if before_step is not None:
-            before_step(module, opt, t)
-        loss, _ = module.compositional_loss(module(batch), batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        out.append((module.model.net.weight.detach().flatten().clone(), module.state.values().clone()))
-    return out
+    """The module's own step outside Lightning (:func:`builders.drive`); returns ``(weights [d], U)`` after every
+    step, the form of :func:`reference`."""
+    return [(record["w"].flatten(), record["u"]) for record in drive_records(module, batches, before_step)]
 
 
 class WeightRecorder(Callback):
@@ -73,11 +59,10 @@ class WeightRecorder(Callback):
 
 
 def fit(module, batches, callbacks=()):
+    """A Lightning run over ``batches`` (:func:`builders.fit_batches`); returns ``(weights [d], U)`` after every
+    step."""
     rec = WeightRecorder()
-    trainer = Trainer(accelerator="cpu", max_steps=len(batches), logger=False, enable_progress_bar=False,
-                      enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-                      enable_checkpointing=False, precision="64-true", callbacks=[*callbacks, rec])
-    trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None))
+    fit_batches(module, batches, [*callbacks, rec])
     return rec.steps
 
 
@@ -367,7 +352,7 @@ def test_U_stays_in_omega_with_0_le_u1_le_u2(cls):
 
 
 # ---------------------------------------------------------------------------------------------- DDP
-SCRIPT = Path(__file__).resolve().parents[1] / "ddp" / "ddp_run_family.py"
+SCRIPT = DDP_SCRIPTS / "ddp_run_family.py"
 STEPS = 21
 
 

@@ -15,7 +15,6 @@ from fccolit.algorithms.sonex import SONEX, SONX, PenaltySOX
 from fccolit.callbacks.constraints import ConstraintViolationLogger, accumulate_constraint_statistics
 from fccolit.cli import main
 from fccolit.datamodules.fairness import FairnessDataModule
-from fccolit.testing import write_adult_files
 from fccolit.models import MLP, LinearScorer
 from fccolit.objectives.base import InnerBatch
 from fccolit.objectives.constrained import ROCFairnessAUC
@@ -27,19 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 D = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def adult_files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("adult")
-    write_adult_files(root, 300, 120, seed=1)
-    return root
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def module_of(cls, normalization, **kwargs):

@@ -32,10 +32,7 @@ FOGGY = DEFAULT_CLASSES["weather"].index("foggy")
 TAU = 0.05
 
 
-@pytest.fixture(autouse=True)
-def no_downloads(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("no_downloads")  # conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import DDP_SCRIPTS
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 
-SCRIPT = Path(__file__).resolve().parents[1] / "ddp" / "ddp_run.py"
+SCRIPT = DDP_SCRIPTS / "ddp_run.py"
 STEPS = 45  # 18 batches per epoch: the runs cross two epoch boundaries
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from builders import DDP_SCRIPTS
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -37,7 +38,7 @@ from fccolit.testing import cifar_arrays, write_cifar
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
-RANDOM_SCRIPT = Path(__file__).resolve().parents[1] / "ddp" / "ddp_run_random.py"
+RANDOM_SCRIPT = DDP_SCRIPTS / "ddp_run_random.py"
 
 
 # ---------------------------------------------------------------------------------------------- in-process runs

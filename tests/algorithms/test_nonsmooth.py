@@ -29,14 +29,7 @@ warnings.filterwarnings("ignore", ".*LeafSpec.*")
 D = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: these tiny models gain nothing from more, and on a shared machine oversubscribed
-    threads make each step ~40× slower. Restored after each test."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def t(*rows):

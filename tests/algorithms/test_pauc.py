@@ -17,7 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from lightning.pytorch import Callback, Trainer
+from builders import (
+    DDP_SCRIPTS, ArrayData, PAUCRecorder, fit_datamodule, linear_module, pauc_hand_step, prox_sgd_step, shifted_gaussians,
+)
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from scipy.optimize import brentq, linprog, minimize
 from sklearn.metrics import roc_auc_score
@@ -30,9 +33,7 @@ from fccolit.algorithms.pauc import (
     ProximalDCA,
     SoRR,
 )
-from fccolit.algorithms.double_loop import proximal_step_
-from fccolit.data import TensorDictDataset, binary_fields, binary_sizes
-from fccolit.datamodules.base import FCCODataModule
+from fccolit.data import binary_fields
 from fccolit.models import LinearScorer
 from fccolit.objectives.pauc import (
     PartialAUCRange,
@@ -42,108 +43,12 @@ from fccolit.objectives.pauc import (
     threshold_value,
     top_sum,
 )
-from fccolit.samplers import DualSampler
 
 ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-12
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-class ArrayData(FCCODataModule):
-    """Given arrays as a binary DataModule (training batches from a DualSampler)."""
-
-    def __init__(self, x, y, batch_size, num_positives, seed=0, val=None):
-        super().__init__(eval_batch_size=1000)
-        self.fields = binary_fields(x, y)
-        self.val_fields = binary_fields(*val) if val is not None else self.fields
-        self.sizes = binary_sizes(self.fields)
-        self.batch_size, self.num_positives, self.seed = batch_size, num_positives, seed
-
-    def setup(self, stage=None):
-        self.train_dataset = TensorDictDataset(**self.fields)
-        self.val_dataset = self.test_dataset = TensorDictDataset(**self.val_fields)
-
-    def build_train_sampler(self):
-        return DualSampler(self.fields["y"], self.batch_size, self.num_positives, seed=self.seed)
-
-
-def toy(num_pos, num_neg, dim, seed=0, shift=0.5):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.cat([torch.randn(num_pos, dim, generator=g, dtype=torch.float64) + shift,
-                   torch.randn(num_neg, dim, generator=g, dtype=torch.float64)])
-    y = torch.cat([torch.ones(num_pos), torch.zeros(num_neg)]).long()
-    return x, y
-
-
-def prox_sgd_step(v, anchor, grad, eta, mu):
-    """The closed form of eq. (14), ``argmin_x Gᵀx + ‖x − w‖²/(2μ) + ‖x − v‖²/(2η)``, out of place, from the
-    library's one proximal step (:func:`fccolit.algorithms.double_loop.proximal_step_`)."""
-    z = v.clone()
-    proximal_step_([z], [grad.clone()], [anchor], eta, mu)
-    return z
-
-
-def linear(module_cls, data, w0=None, bias=False, **kw):
-    torch.manual_seed(0)
-    module = module_cls(LinearScorer(bias=bias), data_sizes=data.sizes, **kw).double()
-    if w0 is not None:
-        with torch.no_grad():
-            module.model.net.weight.copy_(torch.as_tensor(w0, dtype=torch.float64).reshape(1, -1))
-    return module
-
-
-def fit(module, data, steps, callbacks=(), **kw):
-    kw.setdefault("limit_val_batches", 0)
-    trainer = Trainer(
-        accelerator="cpu", max_steps=steps, precision="64-true", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, callbacks=list(callbacks), **kw,
-    )
-    trainer.fit(module, datamodule=data)
-    return trainer
-
-
-class Recorder(Callback):
-    """Per step: the batch, the live parameters, the λ tables and the loop position before the step, and the
-    buffers after it."""
-
-    def __init__(self):
-        self.before, self.after = [], []
-
-    @staticmethod
-    def _tables(m):
-        return {k: getattr(m, k).values.clone() for k in ("lambda_m", "lambda_n") if hasattr(m, k)}
-
-    def on_train_batch_start(self, trainer, m, batch, batch_idx):
-        self.before.append({"batch": {k: v.clone() for k, v in batch.items()}, "v": m.flat().clone(),
-                            "loop": dict(m.loop), **self._tables(m)})
-
-    def on_train_batch_end(self, trainer, m, outputs, batch, batch_idx):
-        buffers = {k: getattr(m, k).clone() for k in ("anchor", "v_bar_m", "prox_point", "xi") if hasattr(m, k)}
-        self.after.append({"v": m.flat().clone(), "loop": dict(m.loop), **buffers, **self._tables(m)})
-
-
-def hand_step(batch, v, table, share, init="batch"):
-    """Algorithm 1 steps 5 and 7 for a linear model without bias and the logistic ℓ, in the paper's sums:
-    returns (index, ĝ = G_v/(N₊N₋), λ^(t) of the batch's positives, p̂)."""
-    x, y = batch["x"], batch["y"]
-    pos, neg = (y == 1).nonzero().flatten(), (y == 0).nonzero().flatten()
-    h = x @ v
-    diff = h[neg][None, :] - h[pos][:, None]  # h_j⁻ − h_i⁺
-    s = torch.nn.functional.softplus(diff)  # s_ij = log(1 + exp(−(h_i − h_j)))
-    index = batch["pos_index"][pos]
-    lam = table[index].clone()
-    for r in range(len(pos)):
-        if math.isnan(float(lam[r])):  # first visit: the batch's (l/N₋)-quantile of row r, s_[⌈share·J⌉]
-            ordered = torch.sort(s[r], descending=True).values
-            lam[r] = ordered[max(1, math.ceil(share * len(neg) - 1e-9)) - 1] if init == "batch" else init
-    mask = (s > lam[:, None]).double()
-    grad = torch.zeros_like(v)
-    for r in range(len(pos)):
-        for c in range(len(neg)):  # ∇s_ij = σ(h_j − h_i)(x_j − x_i)
-            grad += mask[r, c] * torch.sigmoid(diff[r, c]) * (x[neg[c]] - x[pos[r]])
-    return index, grad / (len(pos) * len(neg)), lam, mask.mean(1)
-
-
 # ---------------------------------------------------------------------------------------------- threshold form
 def test_threshold_form_equals_sorted_top_l_sum():
     g = torch.Generator().manual_seed(0)
@@ -244,7 +149,7 @@ def test_weighted_ranked_range_equals_repeated_columns():
 
 
 def test_pauc_objective_is_eq_3_by_brute_force_and_dc_parts():
-    x, y = toy(7, 40, 3)
+    x, y = shifted_gaussians(7, 40, 3)
     batch = binary_fields(x, y)
     h = x @ torch.tensor([0.4, -1.0, 0.7], dtype=torch.float64)
     obj = PartialAUCRange(0.05, 0.5)  # m = 2, n = 20
@@ -257,7 +162,7 @@ def test_pauc_objective_is_eq_3_by_brute_force_and_dc_parts():
 
 
 def test_score_gradient_of_a_dc_part_in_chunks_equals_autograd():
-    x, y = toy(9, 30, 2, seed=15)
+    x, y = shifted_gaussians(9, 30, 2, seed=15)
     batch = binary_fields(x, y)
     h = (x @ torch.tensor([0.7, -0.4], dtype=torch.float64)).requires_grad_(True)
     for share in (0.0, 0.1, 0.13, 0.5):  # 0.13 · 30 = 3.9: a fractional boundary negative
@@ -271,7 +176,7 @@ def test_score_gradient_of_a_dc_part_in_chunks_equals_autograd():
 
 
 def test_sorr_objective_and_importance_weights():
-    x, y = toy(5, 35, 2, seed=4)
+    x, y = shifted_gaussians(5, 35, 2, seed=4)
     batch = binary_fields(x, y)
     h = x @ torch.tensor([1.0, -0.5], dtype=torch.float64)
     obj = SumOfRankedRange(0.1, 0.6)  # N = 40: m = 4, n = 24
@@ -294,7 +199,7 @@ def test_sorr_objective_and_importance_weights():
 def test_ranked_objectives_are_not_sox_objectives():
     from fccolit.algorithms.sox import SOX
 
-    x, y = toy(3, 9, 2)
+    x, y = shifted_gaussians(3, 9, 2)
     data = ArrayData(x, y, 6, 2)
     with pytest.raises(TypeError, match="difference-of-convex.*PAUCRange"):
         SOX(LinearScorer(), PartialAUCRange(), data_sizes=data.sizes)
@@ -334,13 +239,13 @@ def test_closed_form_prox_step_is_the_argmin_of_its_subproblem():
 def test_sbcd_steps_equal_algorithm_1_in_paper_units():
     """Two SBCD steps of PAUCRange (v restarts at w, then the prox term acts) equal Algorithm 1 written with G_v,
     η_t = c/(N₊N₋), μ = μ'/(N₊N₋), θ_t = c/N₋, G_λ = l − (N₋/J)Σ1(s > λ), λ^(0) the batch quantile."""
-    x, y = toy(6, 40, 3, seed=5)
+    x, y = shifted_gaussians(6, 40, 3, seed=5)
     data = ArrayData(x, y, 14, 4)  # I = 4, J = 10
     mu, c, c_lam = 3.0, 0.7, 0.2
-    module = linear(PAUCRange, data, w0=[0.2, -0.1, 0.3], objective=PartialAUCRange(0.2, 0.5), mu=mu, gamma=2 * mu,
+    module = linear_module(PAUCRange, data, w0=[0.2, -0.1, 0.3], objective=PartialAUCRange(0.2, 0.5), mu=mu, gamma=2 * mu,
                     lr=c, lambda_lr=c_lam, inner_steps=5)
-    rec = Recorder()
-    fit(module, data, 2, [rec])
+    rec = PAUCRecorder()
+    fit_datamodule(module, data, 2, [rec])
     n_pos, n_neg = 6, 40
     pairs = n_pos * n_neg
     w = rec.before[0]["v"]
@@ -349,7 +254,7 @@ def test_sbcd_steps_equal_algorithm_1_in_paper_units():
     for t in range(2):
         batch = rec.before[t]["batch"]
         assert torch.allclose(rec.before[t]["v"], v, atol=TOL)
-        index, g_hat, lam, p_hat = hand_step(batch, v, table, 0.2)
+        index, g_hat, lam, p_hat = pauc_hand_step(batch, v, table, 0.2)
         assert float(g_hat.abs().max()) > 1e-3  # a non-trivial step
         v = prox_sgd_step(v, w, pairs * g_hat, c / pairs, mu / pairs)  # eq. (14), paper units
         level = 0.2 * n_neg  # m
@@ -361,13 +266,13 @@ def test_sbcd_steps_equal_algorithm_1_in_paper_units():
 
 
 def test_state_machine_averages_restarts_warm_starts_and_outer_step():
-    x, y = toy(4, 24, 2, seed=6)
+    x, y = shifted_gaussians(4, 24, 2, seed=6)
     data = ArrayData(x, y, 12, 4)  # every batch holds all four positives
     mu, gamma, c = 2.0, 5.0, 0.9
-    module = linear(PAUCRange, data, w0=[0.5, -0.3], objective=PartialAUCRange(0.25, 0.5), mu=mu, gamma=gamma, lr=c,
+    module = linear_module(PAUCRange, data, w0=[0.5, -0.3], objective=PartialAUCRange(0.25, 0.5), mu=mu, gamma=gamma, lr=c,
                     inner_steps=2, inner_growth=2.0)  # T_0 = 2, T_1 = 8
-    rec = Recorder()
-    fit(module, data, 20, [rec])
+    rec = PAUCRecorder()
+    fit_datamodule(module, data, 20, [rec])
     b, a = rec.before, rec.after
     w0 = b[0]["v"]
     # outer step 0: m-branch steps 0-1, n-branch steps 2-3
@@ -380,13 +285,13 @@ def test_state_machine_averages_restarts_warm_starts_and_outer_step():
     assert torch.allclose(a[3]["anchor"], w1, atol=TOL) and torch.allclose(a[3]["prox_point"], v_bar_n, atol=TOL)
     assert torch.allclose(b[4]["v"], w1, atol=TOL) and b[4]["loop"] == {"grad_evals": 48, "outer_step": 1, "inner_step": 0, "branch": 0}
     # λ̄ = average of λ^(0), λ^(1) (λ^(0) the batch quantile), the warm start of the next m-branch
-    _, _, lam0, _ = hand_step(b[0]["batch"], b[0]["v"], b[0]["lambda_m"], 0.25)
+    _, _, lam0, _ = pauc_hand_step(b[0]["batch"], b[0]["v"], b[0]["lambda_m"], 0.25)
     lam0_full = torch.full((4,), float("nan"), dtype=torch.float64)
     lam0_full[b[0]["batch"]["pos_index"][b[0]["batch"]["y"] == 1]] = lam0
     assert torch.allclose(b[4]["lambda_m"], (lam0_full + b[1]["lambda_m"]) / 2, atol=TOL)
     assert torch.equal(b[4]["lambda_m"], b[2]["lambda_m"])  # untouched while the n-branch ran
     # outer step 1: T_1 = 8, step sizes c/2, the prox term pulls toward w1
-    index, g_hat, lam, p_hat = hand_step(b[4]["batch"], b[4]["v"], b[4]["lambda_m"], 0.25)
+    index, g_hat, lam, p_hat = pauc_hand_step(b[4]["batch"], b[4]["v"], b[4]["lambda_m"], 0.25)
     assert torch.allclose(a[4]["v"], prox_sgd_step(b[4]["v"], w1, g_hat, c / 2, mu), atol=TOL)
     expected = b[4]["lambda_m"].clone()
     expected[index] = lam + (c / 2) * (p_hat - 0.25)
@@ -397,12 +302,12 @@ def test_state_machine_averages_restarts_warm_starts_and_outer_step():
 
 
 def test_alpha_zero_skips_the_m_branch_and_gamma_equal_mu_is_a_prox_point_step():
-    x, y = toy(4, 24, 2, seed=7)
+    x, y = shifted_gaussians(4, 24, 2, seed=7)
     data = ArrayData(x, y, 10, 2)
-    module = linear(PAUCRange, data, w0=[0.1, 0.4], objective=PartialAUCRange(0.0, 0.5), mu=1.5, gamma=1.5, lr=0.5,
+    module = linear_module(PAUCRange, data, w0=[0.1, 0.4], objective=PartialAUCRange(0.0, 0.5), mu=1.5, gamma=1.5, lr=0.5,
                     inner_steps=3, inner_growth=0.0)
-    rec = Recorder()
-    fit(module, data, 6, [rec])
+    rec = PAUCRecorder()
+    fit_datamodule(module, data, 6, [rec])
     assert not hasattr(module, "lambda_m")
     assert all(s["loop"]["branch"] == 1 for s in rec.before)
     v_bar = (rec.before[0]["v"] + rec.before[1]["v"] + rec.before[2]["v"]) / 3
@@ -415,7 +320,7 @@ def test_alpha_zero_skips_the_m_branch_and_gamma_equal_mu_is_a_prox_point_step()
 def test_sbcd_converges_to_the_exact_prox_point_as_T_grows():
     """Linear model, logistic ℓ (f^l convex), exact prox points from Nelder–Mead + Powell; steps c = θ = 1/√T
     (Proposition 4's order). Mean ‖v̄ − v*‖ over two sampler seeds for T = 16, 128, 1024."""
-    x, y = toy(6, 30, 2, seed=0)
+    x, y = shifted_gaussians(6, 30, 2, seed=0)
     full = binary_fields(x, y)
     obj = PartialAUCRange(0.1, 0.5)  # m = 3, n = 15
     w0, mu = np.array([0.3, -0.2]), 1.0
@@ -431,9 +336,9 @@ def test_sbcd_converges_to_the_exact_prox_point_as_T_grows():
         runs = []
         for seed in (0, 1):
             data = ArrayData(x, y, 12, 2, seed=seed)
-            module = linear(PAUCRange, data, w0=w0, objective=obj, mu=mu, gamma=mu, lr=T ** -0.5, inner_steps=T,
+            module = linear_module(PAUCRange, data, w0=w0, objective=obj, mu=mu, gamma=mu, lr=T ** -0.5, inner_steps=T,
                             inner_growth=0.0, step_decay=False)
-            fit(module, data, 2 * T)
+            fit_datamodule(module, data, 2 * T)
             runs.append([np.linalg.norm(module.v_bar_m.numpy() - v_m), np.linalg.norm(module.prox_point.numpy() - v_n)])
         errors[T] = np.mean(runs, axis=0)
     start = [np.linalg.norm(w0 - v_m), np.linalg.norm(w0 - v_n)]
@@ -446,11 +351,11 @@ def test_sbcd_converges_to_the_exact_prox_point_as_T_grows():
 @pytest.mark.slow
 def test_thresholds_track_the_quantile_at_a_fixed_point():
     """lr = 0 keeps v = w; λ̄ then lands in [s_i[l+1], s_i[l]] computed on the whole data (the quantile tracker)."""
-    x, y = toy(4, 40, 3, seed=1)
+    x, y = shifted_gaussians(4, 40, 3, seed=1)
     data = ArrayData(x, y, 22, 2)
-    module = linear(PAUCRange, data, w0=[0.3, 0.2, -0.4], objective=PartialAUCRange(0.1, 0.5), lr=0.0,
+    module = linear_module(PAUCRange, data, w0=[0.3, 0.2, -0.4], objective=PartialAUCRange(0.1, 0.5), lr=0.0,
                     lambda_lr=0.05, inner_steps=800, inner_growth=0.0, step_decay=False)
-    fit(module, data, 1600)
+    fit_datamodule(module, data, 1600)
     full = binary_fields(x, y)
     rr = module.objective.losses(module.model(full["x"]), full)
     for tracker, share in ((module.lambda_m, 0.1), (module.lambda_n, 0.5)):
@@ -468,7 +373,7 @@ def _exact_prox_1d(fprime, w, mu):
 def test_moreau_gradient_sandwich_and_prox_distance_bound():
     """Exact prox points of f̃^l (scale-free) on a convex toy: ∇F^μ = (v_m − v_n)/μ (central differences),
     F(v_n) <= F^μ(w) <= F(v_m) (Sun & Sun Lemma 1), and ‖w − v_l‖ <= μ N₊ l B (paper units)."""
-    x, y = toy(6, 30, 2, seed=8)
+    x, y = shifted_gaussians(6, 30, 2, seed=8)
     full = binary_fields(x, y)
     obj = PartialAUCRange(0.1, 0.5)
     mu = 0.5  # μ' (scale-free): prox of f̃ = f/(N₊N₋)
@@ -523,12 +428,12 @@ def test_printed_prox_bound_misses_a_factor_of_num_positives():
 
 # ---------------------------------------------------------------------------------------------- SoRR and DCA
 def test_sorr_is_the_one_row_machinery_with_reweighted_batches():
-    x, y = toy(6, 30, 2, seed=9)
+    x, y = shifted_gaussians(6, 30, 2, seed=9)
     data = ArrayData(x, y, 12, 4)  # positives oversampled: 4 of 12 against 6 of 36
-    module = linear(SoRR, data, w0=[0.3, -0.3], objective=SumOfRankedRange(0.1, 0.5), mu=2.0, gamma=2.0, lr=0.4,
+    module = linear_module(SoRR, data, w0=[0.3, -0.3], objective=SumOfRankedRange(0.1, 0.5), mu=2.0, gamma=2.0, lr=0.4,
                     inner_steps=3, inner_growth=0.0)
-    rec = Recorder()
-    fit(module, data, 2, [rec])
+    rec = PAUCRecorder()
+    fit_datamodule(module, data, 2, [rec])
     assert module.lambda_n.values.shape == (1,) and module.lambda_m.values.shape == (1,)
     batch, v = rec.before[1]["batch"], rec.before[1]["v"]
     x_b, y_b = batch["x"], batch["y"].double()
@@ -544,14 +449,14 @@ def test_sorr_is_the_one_row_machinery_with_reweighted_batches():
 
 
 def test_dca_subgradient_steps_and_last_iterate():
-    x, y = toy(5, 30, 2, seed=10)
+    x, y = shifted_gaussians(5, 30, 2, seed=10)
     data = ArrayData(x, y, 13, 3)
     obj = PartialAUCRange(0.1, 0.5)
     for cls, L in ((DCA, 0.0), (ProximalDCA, 0.8)):
-        module = linear(cls, data, w0=[0.4, -0.2], objective=obj, lr=0.6, inner_steps=3, inner_growth=0.0,
+        module = linear_module(cls, data, w0=[0.4, -0.2], objective=obj, lr=0.6, inner_steps=3, inner_growth=0.0,
                         **({"prox_weight": L} if L else {}))
-        rec = Recorder()
-        fit(module, data, 5, [rec])
+        rec = PAUCRecorder()
+        fit_datamodule(module, data, 5, [rec])
         b, a = rec.before, rec.after
         w0 = b[0]["v"]
         # ξ = ∇f̃^m(w^(0)) over the whole training set (autograd of the objective's DC part)
@@ -562,7 +467,7 @@ def test_dca_subgradient_steps_and_last_iterate():
         table = torch.full((5,), float("nan"), dtype=torch.float64)
         v = w0.clone()
         for t in range(3):
-            index, g_hat, lam, p_hat = hand_step(b[t]["batch"], v, table, 0.5)
+            index, g_hat, lam, p_hat = pauc_hand_step(b[t]["batch"], v, table, 0.5)
             v = prox_sgd_step(v, w0, g_hat - xi, 0.6, 1.0 / L) if L else v - 0.6 * (g_hat - xi)
             table[index] = lam + 0.6 * (p_hat - 0.5)
             assert torch.allclose(a[t]["v"], v, atol=TOL), (cls, t)
@@ -576,11 +481,11 @@ def test_dca_subgradient_steps_and_last_iterate():
 
 
 def test_pairwise_auc_and_minibatch_baselines():
-    x, y = toy(5, 30, 2, seed=11)
+    x, y = shifted_gaussians(5, 30, 2, seed=11)
     data = ArrayData(x, y, 12, 4)
-    module = linear(PairwiseAUC, data, w0=[0.2, 0.1], optimizer=lambda p: torch.optim.SGD(p, lr=0.3))
-    rec = Recorder()
-    fit(module, data, 1, [rec])
+    module = linear_module(PairwiseAUC, data, w0=[0.2, 0.1], optimizer=lambda p: torch.optim.SGD(p, lr=0.3))
+    rec = PAUCRecorder()
+    fit_datamodule(module, data, 1, [rec])
     batch, v = rec.before[0]["batch"], rec.before[0]["v"]
     xb, yb = batch["x"], batch["y"]
     diff = (xb[yb == 0] @ v)[None, :] - (xb[yb == 1] @ v)[:, None]
@@ -589,10 +494,10 @@ def test_pairwise_auc_and_minibatch_baselines():
     assert module.objective.alpha == 0.0 and module.objective.beta == 1.0
     assert module.metric_names == ["auroc", "pauc_0.05_0.5"]
     # MB: the gradient of the batch's ranked-range mean (ranks fixed)
-    mb = linear(MiniBatchPAUC, data, w0=[0.2, 0.1], objective=PartialAUCRange(0.25, 0.75),
+    mb = linear_module(MiniBatchPAUC, data, w0=[0.2, 0.1], objective=PartialAUCRange(0.25, 0.75),
                 optimizer=lambda p: torch.optim.SGD(p, lr=0.3))
-    rec = Recorder()
-    fit(mb, data, 1, [rec])
+    rec = PAUCRecorder()
+    fit_datamodule(mb, data, 1, [rec])
     batch, v = rec.before[0]["batch"], rec.before[0]["v"]
     wt = v.clone().requires_grad_(True)
     xb, yb = batch["x"], batch["y"]
@@ -604,15 +509,15 @@ def test_pairwise_auc_and_minibatch_baselines():
 
 # ---------------------------------------------------------------------------------------------- evaluation
 def test_validation_logs_the_prox_point_and_the_anchor_against_brute_force_and_sklearn():
-    x, y = toy(8, 40, 3, seed=12)
-    xv, yv = toy(10, 40, 3, seed=13, shift=0.3)  # N₋ = 40: m = 2, n = 20, 0.3·40 = 12
+    x, y = shifted_gaussians(8, 40, 3, seed=12)
+    xv, yv = shifted_gaussians(10, 40, 3, seed=13, shift=0.3)  # N₋ = 40: m = 2, n = 20, 0.3·40 = 12
     data = ArrayData(x, y, 12, 2, val=(xv, yv))
     metrics = ["pauc_0.05_0.5", "pauc_0_0.3"]
     for evaluate, other in (("prox", "anchor"), ("anchor", "prox")):
-        module = linear(PAUCRange, data, w0=[0.1, 0.1, 0.1], bias=True, mu=1.0, gamma=3.0, lr=2.0, inner_steps=2,
+        module = linear_module(PAUCRange, data, w0=[0.1, 0.1, 0.1], bias=True, mu=1.0, gamma=3.0, lr=2.0, inner_steps=2,
                         inner_growth=0.0, evaluate=evaluate, metrics=metrics)
         # one outer step completes (4 steps), so v̄_n exists and differs from w
-        trainer = fit(module, data, 6, limit_val_batches=1.0, val_check_interval=6, check_val_every_n_epoch=None)
+        trainer = fit_datamodule(module, data, 6, limit_val_batches=1.0, val_check_interval=6, check_val_every_n_epoch=None)
         logged = trainer.validate(module, datamodule=data, verbose=False)[0]
         vectors = {"prox": module.prox_point, "anchor": module.anchor}
         assert not torch.allclose(vectors["prox"], vectors["anchor"])
@@ -630,11 +535,11 @@ def test_validation_logs_the_prox_point_and_the_anchor_against_brute_force_and_s
 
 # ---------------------------------------------------------------------------------------------- checkpoints
 def test_checkpoint_mid_branch_resumes_the_same_trajectory(tmp_path):
-    x, y = toy(6, 40, 2, seed=14)
+    x, y = shifted_gaussians(6, 40, 2, seed=14)
 
     def run(steps, resume=None, every=0):
         data = ArrayData(x, y, 12, 2)
-        module = linear(PAUCRange, data, mu=1.0, gamma=2.0, lr=0.5, inner_steps=2)  # T_0 = 2, T_1 = 8
+        module = linear_module(PAUCRange, data, mu=1.0, gamma=2.0, lr=0.5, inner_steps=2)  # T_0 = 2, T_1 = 8
         callbacks = [ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=every, save_top_k=-1)] if every else []
         trainer = Trainer(accelerator="cpu", max_steps=steps, precision="64-true", logger=False,
                           enable_checkpointing=bool(every), enable_progress_bar=False, enable_model_summary=False,
@@ -657,7 +562,7 @@ def test_checkpoint_mid_branch_resumes_the_same_trajectory(tmp_path):
 @pytest.mark.ddp
 @pytest.mark.slow
 def test_two_processes_equal_one_process_and_resume(tmp_path):
-    script = Path(__file__).resolve().parents[1] / "ddp" / "ddp_run_pauc.py"
+    script = DDP_SCRIPTS / "ddp_run_pauc.py"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
 
     def run(name, devices, *extra):

@@ -9,17 +9,21 @@ import math
 import pytest
 import torch
 import yaml
+from builders import (
+    ArrayData, PAUCRecorder, fit_datamodule, linear_module, pauc_hand_step, prox_sgd_step, shifted_gaussians,
+)
 from jsonargparse import ArgumentParser
 
 from fccolit.algorithms.pauc import PAUCRange, SoRR
 from fccolit.data import binary_fields
 from fccolit.objectives.pauc import PartialAUCRange, RankedRangeObjective
-from test_pauc import TOL, ArrayData, Recorder, fit, hand_step, linear, prox_sgd_step, toy
+
+TOL = 1e-12
 
 
 # ------------------------------------------------------------------------------------------ score transform
 def test_sigmoid_score_transform_takes_the_pair_margins_on_sigmoid_scores():
-    x, y = toy(5, 12, 3, seed=3)
+    x, y = shifted_gaussians(5, 12, 3, seed=3)
     batch = binary_fields(x, y)
     h = x @ torch.tensor([2.0, -1.0, 0.5], dtype=torch.float64)
     identity = PartialAUCRange(0.1, 0.6, surrogate="squared_hinge", margin=1.0)
@@ -40,7 +44,7 @@ def test_sigmoid_score_transform_takes_the_pair_margins_on_sigmoid_scores():
 
 def test_sigmoid_transform_dc_part_gradient_equals_autograd():
     """DCA's ξ (the chunked, ranking-once gradient) is the autograd gradient of the DC part with the transform."""
-    x, y = toy(7, 25, 2, seed=5)
+    x, y = shifted_gaussians(7, 25, 2, seed=5)
     batch = binary_fields(x, y)
     h = (x @ torch.tensor([1.3, -0.6], dtype=torch.float64)).requires_grad_(True)
     for share in (0.08, 0.2, 0.5):
@@ -55,34 +59,34 @@ def test_sigmoid_transform_dc_part_gradient_equals_autograd():
 
 # ------------------------------------------------------------------------------------------ T_k cap
 def test_max_inner_steps_caps_T_k_and_keeps_outer_steps_coming():
-    x, y = toy(4, 24, 2, seed=6)
+    x, y = shifted_gaussians(4, 24, 2, seed=6)
     data = ArrayData(x, y, 12, 4)
     kw = dict(objective=PartialAUCRange(0.25, 0.5), mu=2.0, gamma=4.0, lr=0.5, inner_steps=2, inner_growth=2.0)
-    capped = linear(PAUCRange, data, w0=[0.5, -0.3], max_inner_steps=3, **kw)
+    capped = linear_module(PAUCRange, data, w0=[0.5, -0.3], max_inner_steps=3, **kw)
     assert [capped.inner_steps_at(k) for k in range(4)] == [2, 3, 3, 3]  # C(k+1)² = 2, 8, 18, 32 without the cap
-    paper = linear(PAUCRange, data, w0=[0.5, -0.3], **kw)
+    paper = linear_module(PAUCRange, data, w0=[0.5, -0.3], **kw)
     assert [paper.inner_steps_at(k) for k in range(4)] == [2, 8, 18, 32]
-    fit(capped, data, 16)
-    fit(paper, data, 16)
+    fit_datamodule(capped, data, 16)
+    fit_datamodule(paper, data, 16)
     assert capped.loop["outer_step"] == 3 and paper.loop["outer_step"] == 1  # 4 + 6 + 6 steps against 4 + 16
     with pytest.raises(ValueError, match="max_inner_steps"):
-        linear(PAUCRange, data, max_inner_steps=0, **kw)
+        linear_module(PAUCRange, data, max_inner_steps=0, **kw)
 
 
 # ------------------------------------------------------------------------------------------ SBCD output
 def test_inner_output_last_returns_the_last_iterate_and_last_thresholds():
-    x, y = toy(4, 24, 2, seed=8)
+    x, y = shifted_gaussians(4, 24, 2, seed=8)
     data = ArrayData(x, y, 12, 4)  # every batch holds all four positives
     mu, gamma, c = 2.0, 5.0, 0.9
     kw = dict(objective=PartialAUCRange(0.25, 0.5), mu=mu, gamma=gamma, lr=c, inner_steps=3, inner_growth=0.0)
-    module = linear(PAUCRange, data, w0=[0.5, -0.3], inner_output="last", **kw)
-    rec = Recorder()
-    fit(module, data, 6, [rec])
+    module = linear_module(PAUCRange, data, w0=[0.5, -0.3], inner_output="last", **kw)
+    rec = PAUCRecorder()
+    fit_datamodule(module, data, 6, [rec])
     b, a = rec.before, rec.after
     w0 = b[0]["v"]
 
     def last_step(t, table, share):  # v^{(T)} and λ^{(T)} from the branch's last step, by hand (Algorithm 1)
-        index, g_hat, lam, p_hat = hand_step(b[t]["batch"], b[t]["v"], b[t][table], share)
+        index, g_hat, lam, p_hat = pauc_hand_step(b[t]["batch"], b[t]["v"], b[t][table], share)
         thresholds = b[t][table].clone()
         thresholds[index] = lam + c * (p_hat - share)
         return prox_sgd_step(b[t]["v"], w0, g_hat, c, mu), thresholds
@@ -97,11 +101,11 @@ def test_inner_output_last_returns_the_last_iterate_and_last_thresholds():
     assert torch.allclose(module.lambda_m.values, lam_m, atol=TOL)
     assert float(module.lambda_m.total.abs().sum()) == 0.0 and int(module.lambda_m.mark.sum()) == 0
     # the default (Algorithm 1) averages
-    averaged = linear(PAUCRange, data, w0=[0.5, -0.3], **kw)
-    fit(averaged, data, 3)
+    averaged = linear_module(PAUCRange, data, w0=[0.5, -0.3], **kw)
+    fit_datamodule(averaged, data, 3)
     assert torch.allclose(averaged.v_bar_m, (b[0]["v"] + b[1]["v"] + b[2]["v"]) / 3, atol=TOL)
     with pytest.raises(ValueError, match="inner_output"):
-        linear(PAUCRange, data, inner_output="suffix", **kw)
+        linear_module(PAUCRange, data, inner_output="suffix", **kw)
 
 
 # ------------------------------------------------------------------------------------------ YAML
@@ -129,9 +133,9 @@ model:
 
 
 def test_sorr_inherits_the_cap_and_the_output():
-    x, y = toy(6, 20, 2, seed=2)
+    x, y = shifted_gaussians(6, 20, 2, seed=2)
     data = ArrayData(x, y, 10, 3)
-    module = linear(SoRR, data, w0=[0.2, 0.1], mu=5.0, gamma=5.0, lr=0.5, inner_steps=2, max_inner_steps=2,
+    module = linear_module(SoRR, data, w0=[0.2, 0.1], mu=5.0, gamma=5.0, lr=0.5, inner_steps=2, max_inner_steps=2,
                     inner_output="last")
-    fit(module, data, 8)
+    fit_datamodule(module, data, 8)
     assert module.loop["outer_step"] == 2 and all(math.isfinite(float(v)) for v in module.anchor)

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from builders import DDP_SCRIPTS, float64_batch, whole_list_ltr_data
 from lightning.pytorch import Callback, Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -20,21 +21,15 @@ from fccolit.models.ltr import ListMLP
 from fccolit.models.neumf import NeuMF
 from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
 from fccolit.optim import Momentum
-from fccolit.state import IndexedState
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def double(batch):
-    return {k: (v.double() if v.is_floating_point() else v) for k, v in batch.items()}
 
 
 @pytest.fixture(scope="module")
 def ltr():
     """Every training query with its whole list: the inner values of every objective are exact on this batch."""
-    dm = SyntheticRankingDataModule(task="ltr", num_queries=12, num_features=5, list_size=(6, 14), num_positives=None,
-                                    num_negatives=None, top_k=3, seed=3)
-    return dm.sizes, double(dm.full_batch())
+    dm = whole_list_ltr_data()
+    return dm.sizes, float64_batch(dm.full_batch())
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +38,7 @@ def rec():
     dm = SyntheticRankingDataModule(task="recommendation", num_queries=40, num_items=60, ratings_per_query=(5, 12),
                                     num_positives=3, num_negatives=8, queries_per_batch=8, top_k=5, seed=1)
     dm.setup()
-    batches = [double(dm.train_dataset.__getitems__(idx)) for idx in dm.build_train_sampler()]
+    batches = [float64_batch(dm.train_dataset.__getitems__(idx)) for idx in dm.build_train_sampler()]
     return dm.sizes, batches
 
 
@@ -705,7 +700,7 @@ def test_real_data_configs_run_on_the_shared_samples(tmp_path, config, sample, e
 
 
 # ------------------------------------------------------------------------------------------------ DDP
-DDP_SCRIPT = Path(__file__).resolve().parents[1] / "ddp" / "ddp_run_song.py"
+DDP_SCRIPT = DDP_SCRIPTS / "ddp_run_song.py"
 DDP_STEPS = 20  # 8 batches per epoch: the runs cross two epoch boundaries
 
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from fixtures import dual_batches, toy_binary_data
-from lightning.pytorch import Callback, Trainer
-from torch.utils.data import DataLoader
+from builders import drive, dual_batches, fit_batches, optimizer_of, toy_binary_data
+from lightning.pytorch import Callback
 
 from fccolit.algorithms.sox import ADAP, BSGD, MOAP, MOAPV1, MOAPV2, SOAP, SOX
 from fccolit.callbacks.schedules import InverseSqrtSchedule
@@ -36,29 +35,6 @@ def make(cls, data_sizes, objective=None, optimizer=None, seed=0, **kw):
     module = cls(LinearScorer(bias=False), objective or AveragePrecision(margin=0.5), optimizer=optimizer,
                  data_sizes=data_sizes, state_dtype="float64", **kw)
     return module.double()
-
-
-
-
-def optimizer_of(module):
-    configured = module.configure_optimizers()
-    return configured["optimizer"] if isinstance(configured, dict) else configured
-
-
-def drive(module, batches, before_step=None):
-    """The module's own step (compositional_loss + its optimizer), outside Lightning; returns per-step records."""
-    opt = optimizer_of(module)
-    records = []
-    for t, batch in enumerate(batches, 1):
-        if before_step is not None:
-            before_step(module, opt, t)
-        loss, _ = module.compositional_loss(module(batch), batch)
-        opt.zero_grad()
-        loss.backward()
-        grad = module.model.net.weight.grad.detach().clone()
-        opt.step()
-        records.append({"w": module.model.net.weight.detach().clone(), "u": module.state.values().clone(), "G": grad})
-    return records
 
 
 def flat_grad(module, loss):
@@ -255,14 +231,6 @@ class Recorder(Callback):
         self.weights.append(pl_module.model.net.weight.detach().clone())
 
 
-def fit(module, batches, callbacks, max_steps=None, ckpt_path=None, **trainer_kw):
-    trainer = Trainer(accelerator="cpu", max_steps=max_steps or len(batches), logger=False, enable_progress_bar=False,
-                      enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-                      precision="64-true", callbacks=callbacks, **{"enable_checkpointing": False, **trainer_kw})
-    trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None), ckpt_path=ckpt_path)
-    return trainer
-
-
 def test_sox_boost_halves_eta_beta_gamma_doubles_stages_and_carries_u_and_v_over():
     x, y, pos_index = toy_binary_data()
     batches = dual_batches(x, y, pos_index, 30)
@@ -270,7 +238,7 @@ def test_sox_boost_halves_eta_beta_gamma_doubles_stages_and_carries_u_and_v_over
     opt = lambda p: Momentum(p, lr=eta, momentum_weight=beta)  # noqa: E731
     module = make(SOX, sizes_of(x, y), optimizer=opt, ema_weight=gamma)
     boost, rec = SOXBoost(first_stage_steps=3, num_stages=3), Recorder()
-    trainer = fit(module, batches, [boost, rec], max_steps=100)
+    trainer = fit_batches(module, batches, [boost, rec], max_steps=100)
     assert trainer.global_step == 21 == boost.total_steps()  # 3 + 6 + 12 steps, then it stops
     expected = [(eta * f, beta * f, gamma * f) for f in [1.0] * 3 + [0.5] * 6 + [0.25] * 12]
     assert flat(rec.values) == pytest.approx(flat(expected), rel=1e-15)
@@ -311,21 +279,21 @@ def test_inverse_sqrt_schedule_values_tie_and_resume(tmp_path):
     opt = lambda p: Momentum(p, lr=2.0, momentum_weight=0.5)  # noqa: E731
     module = make(MOAP, sizes_of(x, y), optimizer=opt, ema_weight=0.5)
     rec = Recorder()
-    fit(module, batches, [InverseSqrtSchedule(), rec])
+    fit_batches(module, batches, [InverseSqrtSchedule(), rec])
     expected = [(2.0 / math.sqrt(t), min(1.0, 0.5 / math.sqrt(t)), min(1.0, 0.5 / math.sqrt(t))) for t in range(1, 13)]
     assert flat(rec.values) == pytest.approx(flat(expected), rel=1e-15)
     # β0 ≠ β1 is refused when tied (the paper ties them)
     with pytest.raises(ValueError, match="β0 = β1"):
-        fit(make(MOAP, sizes_of(x, y), optimizer=opt, ema_weight=0.3), batches, [InverseSqrtSchedule()])
+        fit_batches(make(MOAP, sizes_of(x, y), optimizer=opt, ema_weight=0.3), batches, [InverseSqrtSchedule()])
     # a run resumed from a checkpoint continues the schedule from the saved initial values (not the decayed lr)
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     ckpt = ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=5, save_top_k=-1)
     full = make(MOAP, sizes_of(x, y), optimizer=opt, ema_weight=0.5)
-    fit(full, batches, [InverseSqrtSchedule(), ckpt], enable_checkpointing=True)
+    fit_batches(full, batches, [InverseSqrtSchedule(), ckpt], enable_checkpointing=True)
     resumed, rec2 = make(MOAP, sizes_of(x, y), optimizer=opt, ema_weight=0.5), Recorder()
     # the DataLoader restarts from its first batch on resume: feed the batches the full run saw after step 5
-    fit(resumed, batches[5:] + batches[:5], [InverseSqrtSchedule(), rec2], max_steps=12,
+    fit_batches(resumed, batches[5:] + batches[:5], [InverseSqrtSchedule(), rec2], max_steps=12,
         ckpt_path=str(tmp_path / "step=5.ckpt"))
     assert flat(rec2.values) == pytest.approx(flat(expected[5:]), rel=1e-15)
     assert torch.allclose(resumed.model.net.weight, full.model.net.weight, rtol=1e-12)
@@ -336,7 +304,7 @@ def test_schedule_needs_fccolit_optimizer_weights():
     x, y, pos_index = toy_binary_data()
     module = make(SOX, sizes_of(x, y), optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
     with pytest.raises(ValueError, match="no 'momentum_weight'"):
-        fit(module, dual_batches(x, y, pos_index, 2), [InverseSqrtSchedule(tie_weights=False)])
+        fit_batches(module, dual_batches(x, y, pos_index, 2), [InverseSqrtSchedule(tie_weights=False)])
 
 
 # ---------------------------------------------------------------------------------------------- checks

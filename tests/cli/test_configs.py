@@ -1,7 +1,7 @@
 """Every config in configs/ runs: a smoke run of ``fccolit fit`` then ``fccolit test`` on generated data.
 
 The configs are found by globbing the folder, so a new config is tested without touching this file; its data
-comes from the generator registered for its DataModule in ``tests/fixtures.py`` (a DataModule without one fails
+comes from the generator registered for its DataModule in ``tests/builders.py`` (a DataModule without one fails
 with a message saying where to register it). ``configs/trainer/*.yaml`` are trainer fragments: each runs composed
 after ``configs/quickstart.yaml`` (a DDP fragment on two CPU processes, through the console script).
 
@@ -26,7 +26,7 @@ from fccolit.callbacks.schedules import InverseSqrtSchedule
 from fccolit.cli import main
 from fccolit.state import IndexedState
 
-from fixtures import generator_for, import_class, model_overrides
+from builders import generator_for, import_class, model_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -193,7 +193,7 @@ def test_every_experiment_config_is_collected():
 
 
 def test_a_datamodule_without_a_generator_fails_saying_where_to_register_one():
-    with pytest.raises(AssertionError, match=r"register one in DATA_GENERATORS in tests/fixtures\.py"):
+    with pytest.raises(AssertionError, match=r"register one in DATA_GENERATORS in tests/builders\.py"):
         generator_for("fccolit.datamodules.base.FCCODataModule")
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from fixtures import SHARED_DATA
+from builders import SHARED_DATA
 
 from fccolit.datamodules import fairness
 from fccolit.datamodules.fairness import FairnessDataModule
@@ -17,14 +17,7 @@ from fccolit.testing import write_adult_files, write_compas_file
 REAL_ADULT = SHARED_DATA / "uci-adult"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: these tiny models gain nothing from more, and on a shared machine oversubscribed
-    threads make each step ~40× slower. Restored after each test."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def read_adult_with_pandas(path: Path, test: bool) -> pd.DataFrame:

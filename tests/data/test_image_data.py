@@ -35,12 +35,11 @@ from fccolit.samplers.multilabel import (
     multilabel_sizes,
 )
 
-from fccolit.testing import bdd_frames, cifar_arrays as _cifar_arrays, write_bdd100k, write_chexpert, write_cifar
-from fixtures import SHARED_DATA
+from fccolit.testing import cifar_arrays as _cifar_arrays, write_bdd100k, write_chexpert, write_cifar
+from builders import CIFAR10_NAMES, SHARED_DATA
 
 ROOT = Path(__file__).resolve().parents[2]
 BDD_SAMPLE = SHARED_DATA / "bdd100k-labels-sample" / "unitest_val_bdd.json"
-CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 CIFAR_MEAN = torch.tensor([0.4914, 0.4822, 0.4465]).view(3, 1, 1)
 CIFAR_STD = torch.tensor([0.2023, 0.1994, 0.2010]).view(3, 1, 1)
 

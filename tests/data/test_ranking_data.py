@@ -14,7 +14,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
-from fixtures import SHARED_DATA
+from builders import SHARED_DATA
 
 import fccolit.io.text as text_module
 from fccolit.datamodules.movielens import MovieLensDataModule, detect_movielens

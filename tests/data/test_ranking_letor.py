@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fixtures import SHARED_DATA
+from builders import SHARED_DATA
 
 import fccolit.io.text as text_module
 from fccolit.datamodules.mslr import ALLRANK_NEGATIVE_FEATURES, ALLRANK_NO_LOG_FEATURES, MSLRDataModule

@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from builders import free_port
 
 from fccolit import distributed
-from test_metrics_ddp import _free_port
 
 WORLD = 2
 # rows of each rank at each call: unequal, growing past the capacity, empty, shrinking
@@ -66,7 +66,7 @@ def _worker(rank: int, port: int, outdir: str) -> None:
 @pytest.mark.ddp
 @pytest.mark.timeout(120)
 def test_all_gather_rows_exact_with_unequal_changing_and_empty_shards(tmp_path):
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True)
     capacity = 0
     for rank in range(WORLD):
         results = torch.load(tmp_path / f"rank{rank}.pt")

@@ -9,13 +9,13 @@ import datetime
 import json
 import math
 import os
-import socket
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from builders import free_port
 
 from fccolit.metrics import (
     AUROC,
@@ -130,19 +130,13 @@ def _worker(rank: int, port: int, outdir: str, job=None) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.ddp
 @pytest.mark.timeout(120)
 def test_metrics_exact_under_ddp_with_unequal_shards(tmp_path):
     _, (s, t), *_ = _data()
     assert int(t[:120].sum()) == 0  # rank 0 sees only negatives
 
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True)
 
     reference = _metrics()
     _feed(reference, (slice(0, 23), slice(0, 301), slice(0, 13), slice(0, 40), slice(0, 50)))
@@ -180,7 +174,7 @@ def _group_batches(rank):
 def test_evaluation_metrics_log_what_some_rank_fed(tmp_path):
     """EvaluationMetrics.named_values on every rank: the metrics fed on any rank (NDCG only on rank 1), with their
     global values; the full-ranking metric, fed nowhere, is not logged (every rank takes the same path)."""
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path), _group_job), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), str(tmp_path), _group_job), nprocs=WORLD, join=True)
     reference = _group()
     for batch in _group_batches(0) + _group_batches(1):
         reference.update_from_batch(*batch)

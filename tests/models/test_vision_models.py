@@ -11,18 +11,7 @@ from torch import nn
 from fccolit.models.vision import CLIPClassifier, ResNet20, TorchvisionBackbone, load_backbone_state
 
 
-@pytest.fixture(autouse=True)
-def no_downloads(monkeypatch):
-    """Any attempt to fetch weights or hub files fails the test."""
-    import torch.hub
-
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"a download was attempted: {args[:1]}")
-
-    monkeypatch.setattr(torch.hub, "load_state_dict_from_url", refuse)
-    monkeypatch.setattr(torch.hub, "download_url_to_file", refuse)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("no_downloads")  # conftest.py: any download attempt fails the test
 
 
 # ---------------------------------------------------------------------------------------------- ResNet-20

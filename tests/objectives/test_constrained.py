@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import DDP_SCRIPTS
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fccolit.cli import main
@@ -19,23 +20,14 @@ from fccolit.datamodules.grouped import SyntheticGroupedDataModule
 from fccolit.objectives.constrained import GroupDROCVaR, ROCFairnessAUC
 from fccolit.objectives.nonsmooth import Hinge
 from fccolit.samplers.group import GroupBatchSampler
-from fccolit.testing import write_adult_files, write_compas_file
+from fccolit.testing import write_compas_file
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNNER = Path(__file__).resolve().parents[1] / "ddp" / "ddp_run_nonsmooth.py"
+RUNNER = DDP_SCRIPTS / "ddp_run_nonsmooth.py"
 D = torch.float64
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: these tiny models gain nothing from more, and on a shared machine oversubscribed
-    threads make each step ~40× slower. Restored after each test."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def load_runner():
@@ -216,13 +208,6 @@ def test_synthetic_grouped_data_module():
 
 
 # ---------------------------------------------------------------------- logger, configs, resume (single process)
-@pytest.fixture(scope="module")
-def adult_files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("adult")
-    write_adult_files(root, 300, 120, seed=1)
-    return root
-
-
 @pytest.fixture(scope="module")
 def compas_file(tmp_path_factory):
     root = tmp_path_factory.mktemp("compas")

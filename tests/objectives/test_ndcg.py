@@ -6,24 +6,19 @@ import math
 
 import pytest
 import torch
+from builders import float64_batch, whole_list_ltr_data
 
-from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
 from fccolit.metrics import FullRankingNDCG, NDCG, full_ranking_ndcg, ndcg_at_k
 from fccolit.models.ltr import ContextAwareRanker, ListMLP
 from fccolit.models.neumf import NeuMF
 from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
 
 
-def double(batch):
-    return {k: (v.double() if v.is_floating_point() else v) for k, v in batch.items()}
-
-
 @pytest.fixture(scope="module")
 def ltr():
     """Every training query of a small generated LTR set with its whole list (inner values are exact)."""
-    dm = SyntheticRankingDataModule(task="ltr", num_queries=12, num_features=5, list_size=(6, 14), num_positives=None,
-                                    num_negatives=None, top_k=3, seed=3)
-    batch = double(dm.full_batch())
+    dm = whole_list_ltr_data()
+    batch = float64_batch(dm.full_batch())
     g = torch.Generator().manual_seed(0)
     scores = torch.randn(batch["pair_index"].shape, generator=g, dtype=torch.float64)
     return batch, scores

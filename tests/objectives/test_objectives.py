@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import free_port
 from torch import nn
 
 from fccolit.algorithms.sox import SOX
@@ -721,12 +721,6 @@ DDP_SCRIPT = textwrap.dedent(
     torch.save(results, os.path.join(out, f"rank{rank}.pt"))
     '''
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.slow
