@@ -97,6 +97,8 @@ def main() -> None:
             sub(["benchmarks/step_overhead.py", *quick, "--write"])
         if "song_step" not in args.skip:
             sub(["benchmarks/song_step.py", *quick])
+        if "metrics_compare" not in args.skip:  # fccolit's metrics against torchmetrics, the validation pictures
+            sub(["benchmarks/metrics_compare.py", *quick])
         if "handwritten" not in args.skip:
             sub(["benchmarks/handwritten.py", *quick, "--write"], required=False)
     sub(["benchmarks/collect.py"])

@@ -144,7 +144,7 @@ class FCCOModule(LightningModule):
             (SOLC's log-domain state, the pAUC thresholds) take only ``"first_estimate"``.
         evaluation_figures: at every validation and test, also write the curves the metrics hold (precision-recall
             and ROC, NDCG@k against k) as TensorBoard figures (:mod:`fccolit.metrics.figures`; rank 0, TensorBoard
-            loggers only; about 0.1 s per figure on a CPU).
+            loggers only; about 0.05 s per figure on a 2-core CPU: ``benchmarks/results/metrics_compare.md``).
     """
 
     input_key = "x"
