@@ -1,6 +1,7 @@
 """Callbacks (installed as ``fccolit.callbacks``)."""
 
 from fccolit.callbacks.constraints import ConstraintViolationLogger
+from fccolit.callbacks.prediction_writer import PredictionWriter
 from fccolit.callbacks.schedules import HyperParameterSchedule, InverseSqrtSchedule
 from fccolit.callbacks.sox_boost import SOXBoost
 from fccolit.callbacks.state_histograms import StateHistograms
@@ -8,4 +9,4 @@ from fccolit.callbacks.stop_gradient import StopGradientSwitch
 from fccolit.callbacks.summary import MetricsSummary
 from fccolit.callbacks.warmup import WarmUp
 
-__all__ = ["MetricsSummary", "StateHistograms", "HyperParameterSchedule", "InverseSqrtSchedule", "SOXBoost", "ConstraintViolationLogger", "WarmUp", "StopGradientSwitch"]
+__all__ = ["MetricsSummary", "StateHistograms", "PredictionWriter", "HyperParameterSchedule", "InverseSqrtSchedule", "SOXBoost", "ConstraintViolationLogger", "WarmUp", "StopGradientSwitch"]

@@ -1,0 +1,121 @@
+"""Write the scores of ``fccolit predict`` to a CSV file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import IO, Any, Sequence
+
+import numpy as np
+import torch
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import BasePredictionWriter
+
+#: the file name used when no path is given, in the logger's version folder (next to its ``config.yaml``)
+DEFAULT_FILENAME = "predictions.csv"
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Write every predicted score to a CSV file as the batches come (nothing is kept in memory).
+
+    The rows depend on the batch (the DataModule's ``predict_dataloader``, its test split):
+
+    * one score per example, a batch with an ``index`` field (classification): ``index,score`` with the example's
+      row in its split; scores ``[B, T]`` (one per task) give ``index,score_0,...,score_<T-1>``;
+    * a list of items per query, a batch with a ``query`` field and scores ``[Q, L]`` (ranking): ``query,item,score``,
+      one row per real entry (the batch's ``mask``); ``item`` is the batch's ``items`` id where it has one
+      (recommendation candidates) and otherwise the entry's position in the query's list (learning to rank: the
+      documents' order in the file); without a ``mask`` (full ranking over all items) every item of every query.
+
+    Scores are the module's evaluation scores (``predict_step``), written with 9 significant digits.
+
+    Args:
+        path: the CSV file; None: ``predictions.csv`` in the logger's version folder
+            (``lightning_logs/<name>/version_<k>/``), or in the trainer's ``default_root_dir`` without a logger.
+            Under DDP each process writes its own ``<stem>.rank<r>.csv``.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        super().__init__(write_interval="batch")
+        self.path = None if path is None else Path(path)
+        self.written_to: Path | None = None  # the file of the last predict run
+        self._file: IO[str] | None = None
+        self._header: str | None = None
+
+    def output_path(self, trainer: Trainer) -> Path:
+        """The file this process writes: :attr:`path`, or the default above, with ``.rank<r>`` under DDP."""
+        path = self.path
+        if path is None:
+            folder = trainer.log_dir if trainer.logger is not None and trainer.log_dir else trainer.default_root_dir
+            path = Path(folder) / DEFAULT_FILENAME
+        if trainer.world_size > 1:
+            path = path.with_name(f"{path.stem}.rank{trainer.global_rank}{path.suffix}")
+        return path
+
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.written_to = self.output_path(trainer)
+        self.written_to.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.written_to, "w", newline="")
+        self._header = None
+
+    def write_on_batch_end(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        prediction: Any,
+        batch_indices: Sequence[int] | None,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        header, rows, formats = prediction_rows(torch.as_tensor(prediction), batch)
+        if self._header is None:
+            self._header = header
+            self._file.write(header + "\n")
+        elif header != self._header:
+            raise ValueError(f"PredictionWriter: batch {batch_idx} gives columns {header!r}, earlier batches {self._header!r}")
+        np.savetxt(self._file, rows, fmt=formats, delimiter=",")
+
+    def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._close()
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def prediction_rows(scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[str, np.ndarray, list[str]]:
+    """``(CSV header, rows [N, C] float64, one printf format per column)`` of one predicted batch (see
+    :class:`PredictionWriter` for the layouts).
+
+    Raises:
+        ValueError: the batch has neither an ``index`` field matching ``scores [B]`` / ``[B, T]`` nor a ``query``
+            field matching ``scores [Q, L]``.
+    """
+    scores = scores.detach().to("cpu", torch.float64)
+    score_format = "%.9g"
+    index = batch.get("index")
+    if index is not None and scores.dim() in (1, 2) and scores.shape[0] == index.shape[0]:
+        columns = scores.reshape(scores.shape[0], -1)
+        names = ["score"] if scores.dim() == 1 else [f"score_{t}" for t in range(columns.shape[1])]
+        rows = torch.cat([index.reshape(-1, 1).to("cpu", torch.float64), columns], 1)
+        return ",".join(["index", *names]), rows.numpy(), ["%d"] + [score_format] * len(names)
+    query = batch.get("query")
+    if query is not None and scores.dim() == 2 and scores.shape[0] == query.shape[0]:
+        items = batch.get("items")
+        if items is None or tuple(items.shape) != tuple(scores.shape):
+            items = torch.arange(scores.shape[1]).expand_as(scores)
+        mask = batch.get("mask")
+        mask = torch.ones_like(scores, dtype=torch.bool) if mask is None else mask.to("cpu", torch.bool)
+        queries = query.reshape(-1, 1).expand_as(scores)
+        rows = torch.stack([queries.cpu()[mask].double(), items.cpu()[mask].double(), scores[mask]], 1)
+        return "query,item,score", rows.numpy(), ["%d", "%d", score_format]
+    fields = {k: tuple(v.shape) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    raise ValueError(
+        f"PredictionWriter: cannot name the rows of scores of shape {tuple(scores.shape)}: the batch needs an 'index' "
+        f"field [B] (one score per example) or a 'query' field [Q] (scores [Q, L]); it has {fields}"
+    )

@@ -1,0 +1,148 @@
+"""What the command says: a description and --version, short class help, one-line errors before any training
+(a wrong class name, a missing data folder, metrics the data cannot feed), the DataModule's summary line, the
+warning when validation runs on the test split; and what every config promises for ``--ckpt_path last|best``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from fccolit.cli import ConfigurationError, console, main
+from fccolit.testing import write_libsvm
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+QUICKSTART = str(CONFIGS / "quickstart.yaml")
+SOX_AP = str(CONFIGS / "libsvm" / "sox_ap.yaml")
+EXPERIMENTS = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name not in ("trainer", "hf"))
+
+
+def run_console(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["fccolit", *args])
+    try:
+        console()
+        code = 0
+    except SystemExit as exit_info:
+        code = exit_info.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def error_line(err: str) -> str:
+    (line,) = [l for l in err.splitlines() if l.startswith("fccolit: error:")]
+    return line.removeprefix("fccolit: error: ")
+
+
+def test_help_has_a_description_and_version(monkeypatch, capsys):
+    code, out, _ = run_console(monkeypatch, capsys, "--help")
+    assert code == 0 and "X-risks" in out and "--ckpt_path last" in out
+    code, out, _ = run_console(monkeypatch, capsys, "--version")
+    assert code == 0 and out.startswith("fccolit ")
+
+
+def test_class_help_lists_fccolit_models_not_every_torch_module(monkeypatch, capsys):
+    code, out, _ = run_console(monkeypatch, capsys, "fit", "--model.help", "SOX")
+    assert code == 0
+    assert len(out.splitlines()) < 250  # 1,537 lines when every torch.nn.Module subclass was listed
+    assert "fccolit.models.MLP" in out and "torch.nn.Bilinear" not in out
+    assert "other classes: any subclass by its class path" in " ".join(out.split())
+
+
+def test_a_wrong_class_name_is_one_line_with_the_closest_name(monkeypatch, capsys):
+    code, _, err = run_console(monkeypatch, capsys, "fit", "--config", QUICKSTART, "--model", "SOXX")
+    assert code == 2
+    line = error_line(err)
+    assert line.startswith("--model SOXX: no such class. Did you mean 'SOX'? The choices: ") and "SONG" in line
+    assert "usage:" not in err and "Given value" not in err
+
+
+def test_a_missing_data_folder_is_one_line_and_the_traceback_is_behind_a_flag(tmp_path, monkeypatch, capsys):
+    missing = tmp_path / "nowhere"
+    code, _, err = run_console(monkeypatch, capsys, "fit", "--config", SOX_AP, "--data.root", str(missing))
+    assert code == 2 and error_line(err).startswith(f"LibSVM data set file not found: {missing / 'a9a'}")
+    assert "Traceback" not in err
+    monkeypatch.setenv("FCCOLIT_TRACEBACK", "0")  # restored after the test: --traceback sets it to 1
+    with pytest.raises(FileNotFoundError, match="LibSVM data set file not found"):
+        run_console(monkeypatch, capsys, "fit", "--config", SOX_AP, "--data.root", str(missing), "--traceback")
+
+
+def test_metrics_the_data_cannot_feed_fail_before_any_step(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", "--config", QUICKSTART, "--data.init_args.num_samples", "600", "--model.init_args.metrics",
+            "[ap, ndcg@10]", "--trainer.enable_progress_bar", "false"]
+    code, _, err = run_console(monkeypatch, capsys, *args)
+    assert code == 2
+    assert error_line(err) == (
+        "metric 'ndcg@10' reads the batch fields ['relevance'], which the evaluation batches of "
+        "SyntheticBinaryDataModule do not have (they have ['index', 'neg_index', 'pos_index', 'x', 'y']); metrics for this data: "
+        "ap, auroc, pauc_0.05_0.5"
+    )
+    assert not (tmp_path / "lightning_logs" / "quickstart" / "checkpoints").exists()  # no step, no checkpoint
+    with pytest.raises(ConfigurationError):
+        main(args)
+
+
+def test_each_datamodule_prints_one_summary_line(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "data"
+    root.mkdir()
+    write_libsvm(root, name="a9a")
+    args = ["fit", "--config", SOX_AP, "--data.root", str(root), "--trainer.max_steps", "1",
+            "--trainer.limit_val_batches", "1", "--trainer.enable_progress_bar", "false"]
+    with caplog.at_level(logging.INFO):
+        first = main(args)
+    data = first.datamodule
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("LibSVMDataModule:")]
+    sizes = [len(d) for d in (data.train_dataset, data.val_dataset, data.test_dataset)]
+    positives = [int((d.fields["y"] > 0).sum()) for d in (data.train_dataset, data.val_dataset, data.test_dataset)]
+    entry = Path(data.cache_dir) / data.cache_key
+    assert line == (f"LibSVMDataModule: train {sizes[0]:,} rows ({positives[0]:,} positives), val {sizes[1]:,} rows "
+                    f"({positives[1]:,} positives), test {sizes[2]:,} rows ({positives[2]:,} positives); "
+                    f"cache miss, built {entry}")
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        main(args)
+    assert f"; cache hit {entry}" in next(r.getMessage() for r in caplog.records if "LibSVMDataModule:" in r.getMessage())
+
+
+def _lightgbm_files(root: Path) -> None:
+    """LightGBM's lambdarank example layout (rank.train / rank.test + .query files, no validation file)."""
+    rng = np.random.default_rng(0)
+    for split, queries in (("train", 12), ("test", 4)):
+        sizes = rng.integers(4, 9, size=queries)
+        rows = [f"{int(rng.integers(0, 3))} " + " ".join(f"{j + 1}:{v:.3f}" for j, v in enumerate(rng.random(5)))
+                for _ in range(int(sizes.sum()))]
+        (root / f"rank.{split}").write_text("\n".join(rows) + "\n")
+        (root / f"rank.{split}.query").write_text("\n".join(str(s) for s in sizes) + "\n")
+
+
+def test_validating_on_the_test_split_warns_at_run_time(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _lightgbm_files(tmp_path)
+    with pytest.warns(UserWarning, match="no validation split, so validation runs on the test split"):
+        result = main(["validate", "--config", str(CONFIGS / "mslr" / "solc.yaml"), "--data.root", str(tmp_path),
+                       "--data.init_args.num_features", "5", "--data.init_args.normalize", "standard", "--data.init_args.cache_dir", str(tmp_path / "cache"),
+                       "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"])
+    assert result.datamodule.val_is_test
+    assert "(the test split)" in result.datamodule.summary()
+
+
+@pytest.mark.parametrize("config", EXPERIMENTS, ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_every_config_checkpoints_its_selection_metric_to_a_fixed_folder(config):
+    spec = yaml.safe_load(config.read_text())
+    callbacks = [c for c in spec["trainer"]["callbacks"] if c["class_path"].endswith("ModelCheckpoint")]
+    assert len(callbacks) == 1, "one ModelCheckpoint: --ckpt_path best reads the first one"
+    options = callbacks[0]["init_args"]
+    metrics = spec["model"]["init_args"]["metrics"]
+    assert options["monitor"] in {f"val/{m}" for m in metrics} and options["mode"] == "max"
+    assert options["save_last"] is True and options["filename"] == "best"
+    assert options["enable_version_counter"] is False  # a new run replaces best.ckpt / last.ckpt
+    assert "version_" not in options["dirpath"] and not Path(options["dirpath"]).is_absolute()
+    assert spec["trainer"]["logger"]["init_args"]["default_hp_metric"] is False
+    header = [line for line in config.read_text().splitlines() if line.startswith("#")]
+    assert not any("--ckpt_path" in line and "CKPT" in line for line in header)

@@ -1,0 +1,168 @@
+"""The train -> test path of every config header, through the CLI: ``fccolit fit`` writes best.ckpt / last.ckpt to
+the config's fixed folder; ``fccolit test|validate|predict --ckpt_path last|best`` in a new process finds them, and
+refuses in one line when they are not there; ``predict`` writes its scores; TensorBoard gets the whole config and a
+real ``hp_metric``."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fccolit.cli import ConfigurationError, console, main
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
+SMALL = ["--data.init_args.num_samples", "3000", "--trainer.enable_progress_bar", "false"]
+CHECKPOINTS = Path("lightning_logs") / "quickstart" / "checkpoints"  # the config's dirpath, under the working folder
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The quickstart trained for two epochs (3,000 rows) in a fresh working folder: ``(folder, fit result)``."""
+    folder = tmp_path_factory.mktemp("trained")
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        result = main(["fit", "--config", QUICKSTART, *SMALL, "--trainer.max_epochs", "2"])
+    finally:
+        os.chdir(before)
+    return folder, result
+
+
+def run_console(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """``fccolit <args>`` through the console script's entry point in this process: (exit status, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["fccolit", *args])
+    try:
+        console()
+        code = 0
+    except SystemExit as exit_info:
+        code = exit_info.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_fit_writes_best_and_last_to_the_configs_folder(trained):
+    folder, result = trained
+    assert sorted(p.name for p in (folder / CHECKPOINTS).iterdir()) == ["best.ckpt", "last.ckpt"]
+    callback = result.trainer.checkpoint_callback
+    assert Path(callback.best_model_path) == folder / CHECKPOINTS / "best.ckpt"
+    assert callback.monitor == "val/ap"
+
+
+def test_test_with_last_in_a_new_process_reports_the_trained_model(trained, tmp_path, monkeypatch):
+    folder, result = trained
+    monkeypatch.chdir(tmp_path)
+    exe = Path(sys.executable).with_name("fccolit")
+    proc = subprocess.run([str(exe), "test", "--config", QUICKSTART, *SMALL, "--ckpt_path", "last"],
+                          capture_output=True, text=True, timeout=300, cwd=folder)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    test_ap = float(re.search(r"test/ap\s*│\s*([0-9.]+)", proc.stdout).group(1))
+    # the same number as testing the trained module's last checkpoint file in this process
+    here = main(["test", "--config", QUICKSTART, *SMALL, "--trainer.logger", "false",
+                 "--ckpt_path", str(folder / CHECKPOINTS / "last.ckpt")])
+    assert test_ap == pytest.approx(float(here.trainer.callback_metrics["test/ap"]), abs=1e-12)
+    assert test_ap > 0.3  # trained: 5% positives, so an untrained model's AP is about 0.05
+    assert f"--ckpt_path last: {folder / CHECKPOINTS / 'last.ckpt'}" in proc.stderr + proc.stdout
+
+
+def test_best_resolves_to_the_checkpoint_the_monitor_chose(trained, monkeypatch):
+    folder, result = trained
+    monkeypatch.chdir(folder)
+    tested = main(["validate", "--config", QUICKSTART, *SMALL, "--trainer.logger", "false", "--ckpt_path", "best"])
+    best = torch.load(folder / CHECKPOINTS / "best.ckpt", map_location="cpu", weights_only=True)
+    state = next(s for s in best["callbacks"].values() if s.get("monitor") == "val/ap")
+    assert tested.trainer.ckpt_path == str(folder / CHECKPOINTS / "best.ckpt")
+    assert float(tested.trainer.callback_metrics["val/ap"]) == pytest.approx(float(state["best_model_score"]), abs=1e-12)
+
+
+def test_a_second_run_resumes_from_last_and_replaces_the_files(trained, tmp_path, monkeypatch):
+    folder, result = trained
+    import shutil
+
+    shutil.copytree(folder / "lightning_logs", tmp_path / "lightning_logs")
+    monkeypatch.chdir(tmp_path)
+    steps = result.trainer.global_step
+    resumed = main(["fit", "--config", QUICKSTART, *SMALL, "--trainer.max_epochs", "3", "--ckpt_path", "last"])
+    assert resumed.trainer.global_step == steps * 3 // 2  # two epochs restored, one more trained
+    assert sorted(p.name for p in CHECKPOINTS.iterdir()) == ["best.ckpt", "last.ckpt"]  # replaced, no last-v1.ckpt
+    assert torch.load(CHECKPOINTS / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == resumed.trainer.global_step
+
+
+@pytest.mark.parametrize("subcommand", ["validate", "test", "predict"])
+@pytest.mark.parametrize("ckpt_path", ["last", "best", "missing.ckpt"])
+def test_a_checkpoint_that_does_not_exist_is_refused_in_one_line(subcommand, ckpt_path, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no run of the config here
+    code, out, err = run_console(monkeypatch, capsys, subcommand, "--config", QUICKSTART, *SMALL, "--ckpt_path", ckpt_path)
+    assert code == 2
+    (line,) = [l for l in err.splitlines() if l.startswith("fccolit: error:")]
+    expected = {"last": "--ckpt_path last: no last.ckpt in ", "best": "--ckpt_path best: no best checkpoint by val/ap",
+                "missing.ckpt": "--ckpt_path missing.ckpt: no such checkpoint file"}[ckpt_path]
+    assert line.startswith(f"fccolit: error: {expected}")
+    assert "Traceback" not in err and "│ test/ap" not in out  # nothing was evaluated
+    monkeypatch.setenv("FCCOLIT_TRACEBACK", "1")  # the full report instead
+    with pytest.raises(ConfigurationError, match=re.escape(expected)):
+        run_console(monkeypatch, capsys, subcommand, "--config", QUICKSTART, *SMALL, "--ckpt_path", ckpt_path)
+
+
+def test_fit_with_last_and_no_earlier_run_starts_from_scratch(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(UserWarning, match="there is no last checkpoint available"):
+        result = main(["fit", "--config", QUICKSTART, *SMALL, "--trainer.max_steps", "2", "--ckpt_path", "last"])
+    assert result.trainer.global_step == 2
+
+
+def test_predict_writes_index_and_score_next_to_the_logs(trained, monkeypatch):
+    folder, result = trained
+    monkeypatch.chdir(folder)
+    predicted = main(["predict", "--config", QUICKSTART, *SMALL, "--ckpt_path", "last", "--return_predictions", "false"])
+    writer = next(c for c in predicted.trainer.callbacks if type(c).__name__ == "PredictionWriter")
+    assert writer.written_to == Path(predicted.trainer.log_dir) / "predictions.csv"
+    with open(writer.written_to) as f:
+        rows = list(csv.reader(f))
+    data = predicted.datamodule
+    assert rows[0] == ["index", "score"] and len(rows) == 1 + len(data.test_dataset)
+    index = torch.tensor([int(r[0]) for r in rows[1:]])
+    scores = torch.tensor([float(r[1]) for r in rows[1:]])
+    assert torch.equal(index, torch.arange(len(data.test_dataset)))
+    batch = data.test_dataset.__getitems__(list(range(len(data.test_dataset))))
+    model = type(result.model).load_from_checkpoint(folder / CHECKPOINTS / "last.ckpt", model=result.model.model,
+                                                    objective=result.model.objective)
+    with torch.no_grad():
+        expected = model.eval()(batch).double()
+    torch.testing.assert_close(scores.double(), expected, rtol=1e-8, atol=1e-8)  # 9 significant digits
+
+
+def test_predict_writes_where_it_is_told(trained, tmp_path, monkeypatch):
+    folder, _ = trained
+    monkeypatch.chdir(folder)
+    out = tmp_path / "out" / "scores.csv"
+    main(["predict", "--config", QUICKSTART, *SMALL, "--ckpt_path", "best", "--prediction_writer.path", str(out),
+          "--trainer.logger", "false"])
+    assert out.read_text().splitlines()[0] == "index,score"
+
+
+def test_tensorboard_hparams_hold_the_whole_config_and_the_monitored_metric(trained):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    folder, result = trained
+    (events,) = (folder / "lightning_logs" / "quickstart" / "version_0").glob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    content = accumulator.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    assert start.hparams["model/init_args/optimizer/init_args/lr"].number_value == 0.5
+    assert start.hparams["model/init_args/objective/class_path"].string_value == "fccolit.objectives.AveragePrecision"
+    assert start.hparams["model/init_args/model/class_path"].string_value == "fccolit.models.MLP"
+    assert [m.name.tag for m in experiment.metric_infos] == ["hp_metric"]
+    hp_metric = [e.value for e in accumulator.Scalars("hp_metric")]
+    val_ap = [e.value for e in accumulator.Scalars("val/ap")]
+    assert len(hp_metric) == 2 and hp_metric == pytest.approx(val_ap)  # one real value per validation, no -1
