@@ -41,6 +41,8 @@ __all__ = [
 
 #: at most this many points per drawn line
 MAX_POINTS = 1000
+#: the constraint figure names its lines up to this many constraints
+MAX_LEGEND = 20
 #: TensorBoard's PR-curve plugin takes at most 127 thresholds
 PR_PLUGIN_THRESHOLDS = 127
 
@@ -82,14 +84,20 @@ def render(figure: Any) -> np.ndarray:
     return image
 
 
-def _axes(title: str, xlabel: str, ylabel: str) -> tuple[Any, Any]:
+def _axes(title: str, xlabel: str, ylabel: str, integer_x: bool = False, legend_right: bool = False) -> tuple[Any, Any]:
+    """A figure with one axes; fixed margins (a layout engine costs more than the drawing). ``legend_right``: a
+    wider figure with room for a legend right of the axes."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
-    figure = Figure(figsize=(5.0, 3.8), dpi=100)
-    figure.subplots_adjust(left=0.13, right=0.97, bottom=0.13, top=0.92)  # fixed margins: a layout engine costs more
-    axes = figure.add_subplot()                                              # than the drawing
+    figure = Figure(figsize=(7.0 if legend_right else 5.0, 3.8), dpi=100)
+    figure.subplots_adjust(left=0.15 * 5 / 7 if legend_right else 0.15, right=0.72 if legend_right else 0.97,
+                           bottom=0.13, top=0.92)
+    axes = figure.add_subplot()
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
     axes.grid(alpha=0.3)
+    if integer_x:
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     return figure, axes
 
 
@@ -127,7 +135,7 @@ def _roc_figure(curves: Mapping[str, ROCVertices], title: str) -> Any:
 
 
 def _cutoff_figure(curves: Mapping[str, Tensor], title: str) -> Any:
-    figure, axes = _axes(title, "cut-off k", "NDCG@k")
+    figure, axes = _axes(title, "cut-off k", "NDCG@k", integer_x=True)
     for key, values in curves.items():
         k = np.arange(1, values.numel() + 1)
         axes.plot(k, values.cpu().numpy(), marker="o" if values.numel() <= 50 else None, ms=3, lw=1.5,
@@ -172,13 +180,18 @@ def log_constraint_figure(
     writer: Any, stage: str, epochs: Sequence[int], values: Tensor, names: Sequence[str], step: int
 ) -> None:
     """Write ``{stage}/figures/constraints``: each constraint's value ``values [E, m]`` against ``epochs [E]``,
-    labelled by ``names [m]`` (a legend up to 12 constraints), with the line ``h = 0`` (at or below: met)."""
-    figure, axes = _axes(f"{stage}: constraints h_i (<= 0: met), step {step}", "epoch", "h_i")
+    labelled by ``names [m]`` (a legend right of the axes up to ``MAX_LEGEND`` constraints), with the line ``h = 0``
+    (at or below: met)."""
+    legend = len(names) <= MAX_LEGEND
+    figure, axes = _axes(f"{stage}: constraints h_i (<= 0: met), step {step}", "epoch", "h_i", integer_x=True,
+                         legend_right=legend)
     axes.axhline(0.0, color="black", lw=0.8)
     values = values.detach().double().cpu().numpy()
     marker = "o" if len(epochs) <= 50 else None
     for i, name in enumerate(names):
-        axes.plot(list(epochs), values[:, i], marker=marker, ms=3, lw=1.2, label=name)
-    if len(names) <= 12:
-        axes.legend(loc="best", fontsize="x-small")
+        # ten colours, solid then dashed: 20 distinct lines (the fairness runs have 14 constraints)
+        axes.plot(list(epochs), values[:, i], marker=marker, ms=3, lw=1.2, label=name, color=f"C{i % 10}",
+                  ls="-" if i < 10 else "--")
+    if legend:
+        axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="x-small", borderaxespad=0.0)
     writer.add_image(f"{stage}/figures/constraints", render(figure), step, dataformats="HWC")
