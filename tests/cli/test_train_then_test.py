@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -166,3 +167,19 @@ def test_tensorboard_hparams_hold_the_whole_config_and_the_monitored_metric(trai
     hp_metric = [e.value for e in accumulator.Scalars("hp_metric")]
     val_ap = [e.value for e in accumulator.Scalars("val/ap")]
     assert len(hp_metric) == 2 and hp_metric == pytest.approx(val_ap)  # one real value per validation, no -1
+
+
+def test_prediction_rows_name_examples_tasks_and_listed_items():
+    from fccolit.callbacks.prediction_writer import prediction_rows
+
+    header, rows, _ = prediction_rows(torch.tensor([[0.5, 1.5], [2.0, 3.0]]), {"index": torch.tensor([7, 9])})
+    assert header == "index,score_0,score_1" and rows.tolist() == [[7, 0.5, 1.5], [9, 2.0, 3.0]]
+    ranking = {"query": torch.tensor([3, 4]), "items": torch.tensor([[10, 11, 0], [12, 0, 0]]),
+               "mask": torch.tensor([[True, True, False], [True, False, False]])}
+    header, rows, _ = prediction_rows(torch.tensor([[0.1, 0.2, 9.0], [0.3, 9.0, 9.0]]), ranking)
+    assert header == "query,item,score"
+    np.testing.assert_allclose(rows, [[3, 10, 0.1], [3, 11, 0.2], [4, 12, 0.3]], rtol=1e-7)
+    del ranking["items"]  # learning to rank: the position in the query's list
+    assert prediction_rows(torch.zeros(2, 3), ranking)[1][:, 1].tolist() == [0, 1, 0]
+    with pytest.raises(ValueError, match="needs an 'index' field"):
+        prediction_rows(torch.zeros(2), {"x": torch.zeros(2, 3)})
