@@ -311,7 +311,7 @@ class SOAP(SOXFamily):
     def __init__(
         self,
         model: nn.Module,
-        objective: nn.Module,
+        objective: FCCOObjective,
         ema_weight: float = 0.9,
         mode: str = "sgd",
         bias_correction: bool = True,
@@ -370,7 +370,7 @@ class MOAP(SOXFamily):
     def __init__(
         self,
         model: nn.Module,
-        objective: nn.Module,
+        objective: FCCOObjective,
         ema_weight: float = 0.1,
         scale_by_n_over_B1: bool = True,
         **kwargs: Any,
@@ -385,7 +385,7 @@ class ProjectedSOX(SOXFamily):
     def __init__(
         self,
         model: nn.Module,
-        objective: nn.Module,
+        objective: FCCOObjective,
         ema_weight: float = 0.1,
         require_projection: bool = True,
         **kwargs: Any,
@@ -474,7 +474,7 @@ class ADAP(MOAPV2):
     def __init__(
         self,
         model: nn.Module,
-        objective: nn.Module,
+        objective: FCCOObjective,
         ema_weight: float = 0.1,
         bias_correction: bool = False,
         **kwargs: Any,
