@@ -266,8 +266,10 @@ def test_huge_feature_index_is_named_before_allocating(tmp_path):
         read_libsvm(path)
     (tmp_path / "toy.t").write_text("+1 1:1\n-1 2:1\n")
     with pytest.raises(MemoryError, match=message.replace("1,000", "1,002")):
-        LibSVMDataModule(tmp_path, "toy", cache_dir=tmp_path / "cache")
+        LibSVMDataModule(tmp_path, "toy", cache_dir=tmp_path / "cache", layout="dense")
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+    # the default layout ("auto") reads such a file sparse instead of refusing it
+    assert LibSVMDataModule(tmp_path, "toy", cache_dir=tmp_path / "cache").layout == "sparse"
 
 
 def test_huge_feature_index_in_a_letor_file_is_named(tmp_path):
