@@ -13,7 +13,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ORDER = ["fcco_overhead", "libauc_compare", "ndcg_eval", "state_scale", "step_overhead", "song_step", "ranking_data", "image_loaders", "bias_floor",
-         "gdro_synthetic", "handwritten"]
+         "gdro_synthetic", "handwritten", "redesign_overhead"]
 HEADER = """# Benchmark results
 
 Every table below was produced by the script and command it names, on the machine it names; timings are ratios
