@@ -35,11 +35,10 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 import numpy as np
 import torch
 
-from fccolit.data import binary_fields
-from fccolit.datasets.hf import ArrowRowsDataset
+from fccolit.datasets.hf import ArrowRowsDataset, binary_labels, hold_out, select_rows, without_inputs
 from fccolit.datasets.images import IMAGENET_MEAN, IMAGENET_STD
 from fccolit.datasets.letor import ListEvalDataset, ListwiseTrainDataset, ltr_pair_arrays
-from fccolit.datasets.splits import stratified_split
+from fccolit.io.hf import as_list, column, feature_width, read_tables
 from fccolit.io.letor import group_by_query
 from fccolit.io.ratings import Ratings
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
@@ -49,203 +48,9 @@ from fccolit.datamodules.base import FCCODataModule
 from fccolit.datamodules.grouped import GroupedDataModule
 from fccolit.datamodules.ranking import RankingDataModule, RecommendationDataModule
 
-__all__ = [
-    "HFClassificationDataModule", "HFGroupedDataModule", "HFRankingDataModule", "HFRecommendationDataModule",
-    "load_hf_dataset",
-]
+__all__ = ["HFClassificationDataModule", "HFGroupedDataModule", "HFRankingDataModule", "HFRecommendationDataModule"]
 
 _SPLITS = ("train", "val", "test")
-#: split names looked for when ``val_split`` / ``test_split`` is None
-SPLIT_NAMES = {"val": ("validation", "valid", "val", "dev"), "test": ("test",)}
-#: file suffix → ``datasets`` builder
-FILE_BUILDERS = {".parquet": "parquet", ".arrow": "arrow", ".csv": "csv", ".json": "json", ".jsonl": "json"}
-
-
-# ---------------------------------------------------------------------------------------------------- loading
-def load_hf_dataset(source: Any, config_name: str | None = None, cache_dir: str | os.PathLike | None = None):
-    """A ``datasets.DatasetDict`` from ``source``:
-
-    * a ``datasets.Dataset`` (becomes the ``train`` split) or ``DatasetDict``: used as it is;
-    * a folder written by ``save_to_disk``: ``datasets.load_from_disk`` (memory-mapped, nothing converted);
-    * a data file (``.parquet``, ``.arrow``, ``.csv``, ``.json``, ``.jsonl``; the ``train`` split) or a folder of
-      them (splits from the file names, e.g. ``train.parquet`` + ``test.parquet``): ``datasets.load_dataset``,
-      converted to Arrow once in ``cache_dir``;
-    * anything else: a Hub name, ``datasets.load_dataset(source, config_name)`` (needs the network, or the Hub
-      cache with ``HF_DATASETS_OFFLINE=1``).
-
-    Raises:
-        FileNotFoundError: ``source`` looks like a path (it has a data-file suffix or starts with ``.`` or ``/``) but
-            nothing is there.
-        ValueError: a file with another suffix; a Hub name that cannot be loaded (the message keeps the cause).
-    """
-    import datasets
-
-    if isinstance(source, datasets.DatasetDict):
-        return source
-    if isinstance(source, datasets.Dataset):
-        return datasets.DatasetDict({"train": source})
-    cache = None if cache_dir is None else str(cache_dir)
-    path = Path(os.fspath(source)).expanduser()
-    if path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file()):
-        loaded = datasets.load_from_disk(str(path))
-        return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
-    if path.is_file():
-        builder = FILE_BUILDERS.get(path.suffix.lower())
-        if builder is None:
-            raise ValueError(f"{path}: unknown data file type {path.suffix!r}; use one of {sorted(FILE_BUILDERS)}")
-        return datasets.load_dataset(builder, data_files=str(path), cache_dir=cache)
-    if path.is_dir():
-        return datasets.load_dataset(str(path), cache_dir=cache)
-    text = os.fspath(source)
-    if path.suffix.lower() in FILE_BUILDERS or text.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"no data file or folder at {path}")
-    try:
-        return datasets.load_dataset(text, config_name, cache_dir=cache)
-    except Exception as error:  # offline, unknown name, private repository ...: say which source failed
-        raise ValueError(
-            f"{text!r} is neither a local file or folder nor a loadable Hub data set ({type(error).__name__}: {error})"
-        ) from error
-
-
-def describe(source: Any) -> str:
-    """A short name of ``source`` for error messages: the path or Hub name, or ``"the given Dataset"``."""
-    return repr(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else f"the given {type(source).__name__}"
-
-
-def require_columns(table: Any, columns: Sequence[str], where: str) -> None:
-    """Raise ``ValueError`` naming the first of ``columns`` that ``table`` lacks, the columns it has, and any column
-    with missing (null) values."""
-    for name in columns:
-        if name not in table.column_names:
-            raise ValueError(f"{where}: no column {name!r}; the columns are {table.column_names}")
-        nulls = table.data.column(name).null_count
-        if nulls:
-            raise ValueError(
-                f"{where}: column {name!r} has {nulls} missing values; fill or drop those rows first "
-                "(datasets.Dataset.map / filter)"
-            )
-
-
-def column(table: Any, name: str) -> np.ndarray:
-    """The whole column ``name`` of ``table`` as numpy (``[N]``, or ``[N, K]`` for a fixed-length list column)."""
-    return np.asarray(table.with_format("numpy", columns=[name])[:][name])  # [:]: one batch read, not row by row
-
-
-def named_splits(tables: Any, source: Any, train_split: str, val_split: str | None, test_split: str | None) -> dict:
-    """``{"train": table, "val": table or None, "test": table or None}`` from the split names of ``tables``: the
-    names given, and for an evaluation split given as None the first of :data:`SPLIT_NAMES` present and not used
-    by another role (None: held out later)."""
-    where = describe(source)
-    if train_split not in tables:
-        raise ValueError(f"{where}: no split {train_split!r} (train_split); the splits are {list(tables)}")
-    given = {"val": val_split, "test": test_split}
-    for role, name in given.items():
-        if name is not None and name not in tables:
-            raise ValueError(f"{where}: no split {name!r} ({role}_split); the splits are {list(tables)}")
-    used = {train_split, *(n for n in given.values() if n is not None)}
-    names = {role: name if name is not None else next((n for n in SPLIT_NAMES[role] if n not in used and n in tables), None)
-             for role, name in given.items()}
-    return {"train": tables[train_split], **{role: None if n is None else tables[n] for role, n in names.items()}}
-
-
-def read_tables(
-    dataset: Any, config_name: str | None, cache_dir: Any, train_split: str, val_split: str | None,
-    test_split: str | None, columns: Sequence[str],
-) -> tuple[dict, str]:
-    """The named splits of ``dataset`` (:func:`named_splits`; an absent evaluation split is None), each checked
-    to hold ``columns`` without missing values, and the source's name for error messages."""
-    where = describe(dataset)
-    tables = named_splits(load_hf_dataset(dataset, config_name, cache_dir), dataset, train_split, val_split, test_split)
-    for split, table in tables.items():
-        if table is not None:
-            require_columns(table, columns, f"{where} ({split} split)")
-    return tables, where
-
-
-def select_rows(per_split: dict[str, Any], positions: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """``per_split`` (in-memory rows of the named splits: tensors or arrays) completed with the splits that
-    :func:`hold_out` took from the training split, and the training split reduced to the rows it kept."""
-    train = per_split["train"]
-    rows = {s: torch.from_numpy(p) if torch.is_tensor(train) else p for s, p in positions.items()}
-    return {**per_split, **{s: train[r] for s, r in rows.items()}}
-
-
-def without_inputs(y: torch.Tensor) -> dict[str, torch.Tensor]:
-    """:func:`fccolit.data.binary_fields` of the labels ``y`` without ``x``: the inputs stay in the Arrow table."""
-    fields = binary_fields(torch.empty(y.numel(), 0), y)
-    del fields["x"]
-    return fields
-
-
-def hold_out(
-    splits: dict, strata: np.ndarray, val_fraction: float, test_fraction: float, seed: int,
-    units: np.ndarray | None = None,
-) -> tuple[dict, dict[str, np.ndarray]]:
-    """Fill the missing (None) evaluation splits of ``splits`` with rows of the training split: ``test_fraction``
-    and ``val_fraction`` of its rows, each stratum (``strata [N_train]``: label or cell) in proportion
-    (:func:`~fccolit.datasets.splits.stratified_split`), seeded by ``seed``. With ``units`` (``[N_train]`` ids
-    ``0..U−1``, e.g. each row's query) whole units are held out: the fractions count units and ``strata`` is
-    ``[U]``.
-
-    Returns:
-        the three tables, and ``{split: positions [N_s] in the original training split}`` for ``"train"`` and each
-        split held out of it.
-    """
-    fractions = {"test": test_fraction, "val": val_fraction}
-    missing = [s for s in ("test", "val") if splits[s] is None]
-    if not (0.0 <= val_fraction < 1.0 and 0.0 <= test_fraction < 1.0 and sum(fractions[s] for s in missing) < 1.0):
-        raise ValueError(f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must leave training rows")
-    rng = np.random.default_rng([int(seed), 0x4F])
-    left, chosen, rest = 1.0, {}, np.arange(strata.size)
-    for split in missing:
-        kept, held = stratified_split(strata[rest], fractions[split] / left, rng)
-        chosen[split], rest, left = rest[held], rest[kept], left - fractions[split]
-    chosen["train"] = rest
-    positions = chosen if units is None else {s: np.flatnonzero(np.isin(units, u)) for s, u in chosen.items()}
-    tables = dict(splits)
-    if missing:
-        tables.update({s: splits["train"].select(p) for s, p in positions.items()})
-    return tables, positions
-
-
-def binary_labels(raw: Mapping[str, np.ndarray], positive_label: Any, where: str) -> tuple[dict[str, torch.Tensor], tuple]:
-    """``y`` ``[N_s]`` long in {0, 1} per split from the raw label columns ``raw``, and the raw ``(negative,
-    positive)`` values. Every split's labels must be one of the training split's two values; the positive class is
-    ``positive_label``, or the larger value (1 of {0, 1}, True of booleans)."""
-    values = np.unique(raw["train"])
-    if values.size != 2:
-        shown = ", ".join(map(str, values[:10].tolist()))
-        raise ValueError(f"{where}: a binary label column needs exactly two values in the training split, found "
-                         f"{values.size}: {shown}")
-    if positive_label is None:
-        negative, positive = values[0], values[1]
-    else:
-        matches = [v for v in values.tolist() if v == positive_label or str(v) == str(positive_label)]
-        if not matches:
-            raise ValueError(f"{where}: positive_label={positive_label!r} is not one of the labels {values.tolist()}")
-        positive = matches[0]
-        negative = next(v for v in values.tolist() if v != positive)
-    y = {}
-    for split, labels in raw.items():
-        unknown = np.setdiff1d(np.unique(labels), values)
-        if unknown.size:
-            raise ValueError(f"{where}: the {split} split has labels {unknown[:5].tolist()} that the training split "
-                             f"does not have ({values.tolist()})")
-        y[split] = torch.from_numpy((labels == positive).astype(np.int64))
-    return y, (negative.item() if hasattr(negative, "item") else negative, positive.item() if hasattr(positive, "item") else positive)
-
-
-def feature_width(table: Any, features: Sequence[str]) -> int:
-    """D: one per scalar column, the list length for a list column (every row the same length)."""
-    width = 0
-    for name in features:
-        values = column(table.select(range(min(len(table), 1))), name)
-        width += 1 if values.ndim == 1 else int(values.shape[1])
-    return width
-
-
-def as_list(columns: str | Sequence[str] | None) -> list[str]:
-    return [] if columns is None else [columns] if isinstance(columns, str) else list(columns)
 
 
 # ------------------------------------------------------------------------------------------- classification
@@ -270,7 +75,7 @@ class HFClassificationDataModule(FCCODataModule):
 
     Args:
         dataset: a data file or folder, a ``save_to_disk`` folder, a Hub name, or a ``datasets.Dataset`` /
-            ``DatasetDict`` (:func:`load_hf_dataset`).
+            ``DatasetDict`` (:func:`fccolit.io.hf.load_hf_dataset`).
         label: the label column (binary), or the label columns / one list column (multi-label).
         features: the input columns (exclusive with ``image``).
         image: an image column.

@@ -1,17 +1,22 @@
 """Rows of a Hugging Face ``datasets.Dataset`` (an Arrow table, memory-mapped from its cache files) read a batch at
 a time, with the per-row fields the samplers and objectives need (``y``, ``index``, ``pos_index``, ``group``, ...)
-held in memory beside it. Used by :mod:`fccolit.datamodules.hf`."""
+held in memory beside it, and the split and label helpers of :mod:`fccolit.datamodules.hf` (evaluation splits held
+out of the training split, binary labels from a raw label column)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 import torch
 from torch.utils.data import Dataset
 
+from fccolit.data import binary_fields
 from fccolit.datasets.images import IMAGENET_MEAN, IMAGENET_STD, batch_draw_keys, random_crop_flip
+from fccolit.datasets.splits import stratified_split
 
-__all__ = ["ArrowRowsDataset"]
+__all__ = ["ArrowRowsDataset", "hold_out", "select_rows", "binary_labels", "without_inputs"]
 
 
 class ArrowRowsDataset(Dataset):
@@ -106,3 +111,76 @@ class ArrowRowsDataset(Dataset):
             keys = batch_draw_keys(indices)
             x = random_crop_flip(x.contiguous(), self.padding, *(keys or ()))
         return x.float().div(255.0).sub_(self.mean).div_(self.std)
+
+
+def select_rows(per_split: dict[str, Any], positions: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """``per_split`` (in-memory rows of the named splits: tensors or arrays) completed with the splits that
+    :func:`hold_out` took from the training split, and the training split reduced to the rows it kept."""
+    train = per_split["train"]
+    rows = {s: torch.from_numpy(p) if torch.is_tensor(train) else p for s, p in positions.items()}
+    return {**per_split, **{s: train[r] for s, r in rows.items()}}
+
+
+def without_inputs(y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """:func:`fccolit.data.binary_fields` of the labels ``y`` without ``x``: the inputs stay in the Arrow table."""
+    fields = binary_fields(torch.empty(y.numel(), 0), y)
+    del fields["x"]
+    return fields
+
+
+def hold_out(
+    splits: dict, strata: np.ndarray, val_fraction: float, test_fraction: float, seed: int,
+    units: np.ndarray | None = None,
+) -> tuple[dict, dict[str, np.ndarray]]:
+    """Fill the missing (None) evaluation splits of ``splits`` with rows of the training split: ``test_fraction``
+    and ``val_fraction`` of its rows, each stratum (``strata [N_train]``: label or cell) in proportion
+    (:func:`~fccolit.datasets.splits.stratified_split`), seeded by ``seed``. With ``units`` (``[N_train]`` ids
+    ``0..U−1``, e.g. each row's query) whole units are held out: the fractions count units and ``strata`` is
+    ``[U]``.
+
+    Returns:
+        the three tables, and ``{split: positions [N_s] in the original training split}`` for ``"train"`` and each
+        split held out of it.
+    """
+    fractions = {"test": test_fraction, "val": val_fraction}
+    missing = [s for s in ("test", "val") if splits[s] is None]
+    if not (0.0 <= val_fraction < 1.0 and 0.0 <= test_fraction < 1.0 and sum(fractions[s] for s in missing) < 1.0):
+        raise ValueError(f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must leave training rows")
+    rng = np.random.default_rng([int(seed), 0x4F])
+    left, chosen, rest = 1.0, {}, np.arange(strata.size)
+    for split in missing:
+        kept, held = stratified_split(strata[rest], fractions[split] / left, rng)
+        chosen[split], rest, left = rest[held], rest[kept], left - fractions[split]
+    chosen["train"] = rest
+    positions = chosen if units is None else {s: np.flatnonzero(np.isin(units, u)) for s, u in chosen.items()}
+    tables = dict(splits)
+    if missing:
+        tables.update({s: splits["train"].select(p) for s, p in positions.items()})
+    return tables, positions
+
+
+def binary_labels(raw: Mapping[str, np.ndarray], positive_label: Any, where: str) -> tuple[dict[str, torch.Tensor], tuple]:
+    """``y`` ``[N_s]`` long in {0, 1} per split from the raw label columns ``raw``, and the raw ``(negative,
+    positive)`` values. Every split's labels must be one of the training split's two values; the positive class is
+    ``positive_label``, or the larger value (1 of {0, 1}, True of booleans)."""
+    values = np.unique(raw["train"])
+    if values.size != 2:
+        shown = ", ".join(map(str, values[:10].tolist()))
+        raise ValueError(f"{where}: a binary label column needs exactly two values in the training split, found "
+                         f"{values.size}: {shown}")
+    if positive_label is None:
+        negative, positive = values[0], values[1]
+    else:
+        matches = [v for v in values.tolist() if v == positive_label or str(v) == str(positive_label)]
+        if not matches:
+            raise ValueError(f"{where}: positive_label={positive_label!r} is not one of the labels {values.tolist()}")
+        positive = matches[0]
+        negative = next(v for v in values.tolist() if v != positive)
+    y = {}
+    for split, labels in raw.items():
+        unknown = np.setdiff1d(np.unique(labels), values)
+        if unknown.size:
+            raise ValueError(f"{where}: the {split} split has labels {unknown[:5].tolist()} that the training split "
+                             f"does not have ({values.tolist()})")
+        y[split] = torch.from_numpy((labels == positive).astype(np.int64))
+    return y, (negative.item() if hasattr(negative, "item") else negative, positive.item() if hasattr(positive, "item") else positive)

@@ -25,7 +25,7 @@ from fccolit.datamodules import (  # noqa: E402
     HFClassificationDataModule, HFGroupedDataModule, HFRankingDataModule, HFRecommendationDataModule,
     MovieLensDataModule,
 )
-from fccolit.datamodules.hf import load_hf_dataset  # noqa: E402
+from fccolit.io.hf import load_hf_dataset  # noqa: E402
 from fccolit.models import MLP, LinearScorer  # noqa: E402
 from fccolit.models.ltr import ListMLP  # noqa: E402
 from fccolit.models.neumf import NeuMF  # noqa: E402
