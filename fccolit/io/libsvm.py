@@ -41,6 +41,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import math
 import os
 import re
 from pathlib import Path
@@ -340,12 +341,15 @@ STORAGE_DTYPE = np.float32
 _STORAGE_MAX = float(np.finfo(STORAGE_DTYPE).max)
 
 
+#: the smallest magnitude a float64 rounds to ±inf in float32: halfway between float32's largest value
+#: (2^128 − 2^104 ≈ 3.4028235e38) and 2^128 (round half to even goes up to 2^128, which is inf)
+FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+
+
 def fits_storage(value: float) -> bool:
-    """True when ``value`` stays finite once stored as float32 (|value| up to about 3.4e38)."""
-    if not np.isfinite(value):
-        return False
-    with np.errstate(over="ignore"):
-        return bool(np.isfinite(np.float32(value)))
+    """True when ``value`` stays finite once stored as float32 (|value| up to about 3.4e38). Plain float
+    comparisons (a numpy conversion per value made parsing UCI Adult three times slower)."""
+    return math.isfinite(value) and abs(value) < FLOAT32_OVERFLOW
 
 
 def _finite(token: bytes) -> bool:

@@ -14,6 +14,7 @@ from builders import SHARED_DATA
 import fccolit.datamodules.libsvm as dm_module
 from fccolit.datamodules import LibSVMDataModule
 from fccolit.io import cache_key, cached_arrays, default_cache_dir, parse_libsvm, read_libsvm
+from fccolit.io.libsvm import fits_storage
 from fccolit.testing import write_libsvm
 
 A9A = SHARED_DATA / "libsvm-a9a"
@@ -44,6 +45,19 @@ def _module(root: Path, name: str, **kw) -> LibSVMDataModule:
 
 
 # ---------------------------------------------------------------------------------------------- reader
+def test_fits_storage_is_numpys_float32_rounding():
+    """The plain-float check equals "finite after a float32 cast" at the overflow boundary and around it."""
+    top = float(np.finfo(np.float32).max)
+    edge = 2.0**128 - 2.0**103  # halfway between float32's largest value and 2^128
+    values = [0.0, -0.0, 1e-320, 1.0, top, -top, np.nextafter(top, np.inf), np.nextafter(edge, 0.0), edge, -edge,
+              2.0**128, 1e300, -1e300, np.inf, -np.inf, np.nan]
+    values += list(np.random.default_rng(0).uniform(top * (1 - 1e-6), top * (1 + 1e-6), 10_000))
+    with np.errstate(over="ignore"):
+        expected = [bool(np.isfinite(v) and np.isfinite(np.float32(v))) for v in values]
+    assert [fits_storage(float(v)) for v in values] == expected
+    assert expected.count(False) > 100 and expected.count(True) > 100  # both sides of the boundary are sampled
+
+
 def test_reader_format_crlf_comments_blank_lines(tmp_path):
     text = (
         "# header comment\r\n"
