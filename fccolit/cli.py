@@ -620,6 +620,9 @@ def console() -> None:
     ``FCCOLIT_TRACEBACK=1``)."""
     # Lightning 2.6 calls an API that torch 2.14 deprecates, once per run: noise for a user, nothing to act on
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    # the configs write every run of a config to one checkpoint folder on purpose (so that `--ckpt_path last` / `best`
+    # find the previous run's files), and a new run replacing them is what the README promises
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
     if "--traceback" in sys.argv[1:]:
         sys.argv.remove("--traceback")
         os.environ[TRACEBACK_VARIABLE] = "1"

@@ -96,6 +96,22 @@ def test_a_second_run_resumes_from_last_and_replaces_the_files(trained, tmp_path
     assert torch.load(CHECKPOINTS / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == resumed.trainer.global_step
 
 
+def test_a_new_run_of_a_config_does_not_warn_about_its_checkpoint_folder(trained, tmp_path, monkeypatch, capsys):
+    """One folder per config is on purpose: the console does not pass on Lightning's "exists and is not empty"."""
+    folder, _ = trained
+    import shutil
+    import warnings
+
+    shutil.copytree(folder / "lightning_logs", tmp_path / "lightning_logs")
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, _, err = run_console(monkeypatch, capsys, "fit", "--config", QUICKSTART, *SMALL, "--trainer.max_epochs", "1")
+    assert code == 0, err[-3000:]
+    assert (CHECKPOINTS / "last.ckpt").is_file()
+    assert not [w for w in caught if "exists and is not empty" in str(w.message)]
+
+
 @pytest.mark.parametrize("subcommand", ["validate", "test", "predict"])
 @pytest.mark.parametrize("ckpt_path", ["last", "best", "missing.ckpt"])
 def test_a_checkpoint_that_does_not_exist_is_refused_in_one_line(subcommand, ckpt_path, tmp_path, monkeypatch, capsys):
