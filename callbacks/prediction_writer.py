@@ -16,7 +16,8 @@ DEFAULT_FILENAME = "predictions.csv"
 
 
 class PredictionWriter(BasePredictionWriter):
-    """Write every predicted score to a CSV file as the batches come (nothing is kept in memory).
+    """Write every predicted score to a CSV file as the batches come (nothing is kept in memory). The rows go to
+    ``<file>.partial``, renamed to the file when prediction ends (removed if it fails), so the file is always whole.
 
     The rows depend on the batch (the DataModule's ``predict_dataloader``, its test split):
 
@@ -55,7 +56,8 @@ class PredictionWriter(BasePredictionWriter):
     def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.written_to = self.output_path(trainer)
         self.written_to.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.written_to, "w", newline="")
+        # rows go to a side file, renamed into place when prediction ends: a crash leaves no half-written CSV
+        self._file = open(self._partial_path(), "w", newline="")
         self._header = None
 
     def write_on_batch_end(
@@ -77,15 +79,23 @@ class PredictionWriter(BasePredictionWriter):
         np.savetxt(self._file, rows, fmt=formats, delimiter=",")
 
     def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._close()
+        if self._close():
+            os.replace(self._partial_path(), self.written_to)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        self._close()
+        if self._close():
+            self._partial_path().unlink(missing_ok=True)
 
-    def _close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+    def _partial_path(self) -> Path:
+        return self.written_to.with_name(self.written_to.name + ".partial")
+
+    def _close(self) -> bool:
+        """Close the side file; whether one was open."""
+        if self._file is None:
+            return False
+        self._file.close()
+        self._file = None
+        return True
 
 
 def prediction_rows(scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[str, np.ndarray, list[str]]:

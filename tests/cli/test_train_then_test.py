@@ -199,3 +199,26 @@ def test_prediction_rows_name_examples_tasks_and_listed_items():
     assert prediction_rows(torch.zeros(2, 3), ranking)[1][:, 1].tolist() == [0, 1, 0]
     with pytest.raises(ValueError, match="needs an 'index' field"):
         prediction_rows(torch.zeros(2), {"x": torch.zeros(2, 3)})
+
+
+def test_prediction_file_appears_whole_or_not_at_all(tmp_path):
+    """Rows go to ``<file>.partial`` and are renamed at the end; a failed prediction leaves no file at all."""
+    from types import SimpleNamespace
+
+    from fccolit.callbacks import PredictionWriter
+
+    trainer = SimpleNamespace(world_size=1, global_rank=0)
+    batch = {"index": torch.arange(3)}
+    for fails in (False, True):
+        out = tmp_path / f"fails_{fails}" / "scores.csv"
+        writer = PredictionWriter(out)
+        writer.on_predict_start(trainer, None)
+        writer.write_on_batch_end(trainer, None, torch.tensor([0.5, 0.25, 0.125]), None, batch, 0)
+        assert not out.exists()  # nothing at the final path while batches are still coming
+        if fails:
+            writer.on_exception(trainer, None, RuntimeError("out of memory"))
+            assert list(out.parent.iterdir()) == []
+        else:
+            writer.on_predict_end(trainer, None)
+            assert out.read_text().splitlines() == ["index,score", "0,0.5", "1,0.25", "2,0.125"]
+            assert list(out.parent.iterdir()) == [out]
