@@ -28,9 +28,10 @@ Why not scikit-learn's ``load_svmlight_file(query_id=True)``: scikit-learn is on
 reads only integer query ids, its errors name neither file nor line (``could not convert string to float: b'x'``),
 and it returns float64 CSR, which for dense LETOR features (MSLR's 136 per document) takes 3 to 4× the memory of
 these float32 rows. It tokenizes faster: these readers take 1.16× its time on the real LightGBM lambdarank sample
-and 2.0× to 5.0× on generated MSLR-format files of 8,000 and 50,000 documents × 136 features (25 s against 5 s for
-the larger; ``benchmarks/handwritten.py``). That time is in the LIBSVM tokenizer shared with :mod:`fccolit.io.libsvm`
-and is spent once per raw file (the DataModules cache the arrays).
+(``benchmarks/handwritten.py``) and, since files are parsed in 4 MiB pieces (:data:`~fccolit.io.text.PARSE_BYTES`;
+before, a 64 MiB read chunk was parsed at once and its per-byte temporaries made it 2.5–5× slower), 1.3–1.5× on a
+generated MSLR-format file of 50,000 documents × 136 features (2.0–2.2 s against 1.5 s, quiet 2-core machine). That
+time is spent once per raw file (the DataModules cache the arrays).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from typing import NamedTuple
 import numpy as np
 
 from fccolit.io.libsvm import MAX_INDEX, allocate_dense, fits_storage, parse_chunk, parse_libsvm
-from fccolit.io.text import line_chunks, shorten
+from fccolit.io import text
+from fccolit.io.text import line_chunks, line_ranges, shorten
 
 __all__ = ["LetorFile", "parse_letor", "read_lightgbm_ranking", "read_query_sizes", "group_by_query"]
 
@@ -153,6 +155,15 @@ def _dense(num_rows: int, counts: np.ndarray, indices: np.ndarray, values: np.nd
     return x, line
 
 
+def _parse_pieces(path: Path):
+    """``(piece, lines before it)``: the file in whole-line pieces of about :data:`~fccolit.io.text.PARSE_BYTES`
+    (the vectorized parser's temporaries stay small), read :data:`~fccolit.io.text.CHUNK_BYTES` at a time."""
+    for chunk, line0 in line_chunks(path, "parsing"):
+        for start, stop in line_ranges(chunk, text.PARSE_BYTES):
+            yield chunk[start:stop], line0
+            line0 += chunk.count(b"\n", start, stop)
+
+
 def _parse(path: Path, num_features: int | None, with_qid: bool, _force_slow: bool = False) -> LetorFile:
     if not path.is_file():
         raise FileNotFoundError(f"learning-to-rank file not found: {path}")
@@ -162,7 +173,7 @@ def _parse(path: Path, num_features: int | None, with_qid: bool, _force_slow: bo
     name = str(path)
     labels, qids, lines, blocks = [], [], [], []
     widest_line, widest = 0, 0  # the line of the largest feature index so far, and that index (1-based)
-    for chunk, line0 in line_chunks(path, "parsing"):
+    for chunk, line0 in _parse_pieces(path):
         part = None
         if not _force_slow:
             text = _COMMENT.sub(b"", chunk) if b"#" in chunk else chunk

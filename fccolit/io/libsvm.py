@@ -49,7 +49,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fccolit.io.text import progress_bar
+from fccolit.io import text
+from fccolit.io.text import line_ranges, progress_bar
 
 __all__ = [
     "LibSVMFile", "ParsedChunk", "allocate_dense", "dense_size_error", "fits_storage", "parse_chunk", "parse_libsvm",
@@ -59,7 +60,6 @@ __all__ = [
 #: Largest feature index accepted (a dense matrix wider than this could not be allocated anyway).
 MAX_INDEX = 2**31 - 2
 
-_CHUNK_BYTES = 4 << 20  # parse this many bytes (whole lines) at a time: bounds the temporaries, stays in cache
 _WHITESPACE = b" \t\r\v\f"  # within a line; bytes.split() splits on exactly these plus \n
 _COMMENT = re.compile(rb"#[^\n]*")
 _INT = re.compile(rb"[0-9]+")
@@ -418,18 +418,6 @@ def _slow_chunk(data: bytes, lower: int, upper: int | None, zero_based: bool, na
                   as64(indices, np.int64), as64(values, np.float64))
 
 
-def _chunks(data: bytes, size: int):
-    """(start, stop) byte ranges of at most ``size`` bytes that end after a newline (or at the end of data)."""
-    start = 0
-    while start < len(data):
-        stop = len(data) if len(data) - start <= size else data.rfind(b"\n", start, start + size) + 1
-        if stop <= start:  # one line longer than the chunk size: take it whole
-            stop = data.find(b"\n", start + size)
-            stop = len(data) if stop < 0 else stop + 1
-        yield start, stop
-        start = stop
-
-
 def parse_libsvm(
     path: str | os.PathLike, num_features: int | None = None, zero_based: bool = False, *, _force_slow: bool = False
 ) -> LibSVMFile:
@@ -451,7 +439,7 @@ def parse_libsvm(
     parts: list[ParsedChunk] = []
     line0 = 0
     bar = progress_bar(path, len(data), "parsing")  # a bar for files of 32 MiB and more
-    for start, stop in _chunks(data, _CHUNK_BYTES):
+    for start, stop in line_ranges(data, text.PARSE_BYTES):
         if bar is not None:
             bar.update(stop - start)
         chunk = data[start:stop]

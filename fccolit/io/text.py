@@ -16,10 +16,14 @@ try:  # tqdm comes with datasets / transformers; the readers work without it
 except ImportError:  # pragma: no cover
     tqdm = None
 
-__all__ = ["CHUNK_BYTES", "PROGRESS_BYTES", "line_chunks", "progress_bar", "shorten"]
+__all__ = ["CHUNK_BYTES", "PARSE_BYTES", "PROGRESS_BYTES", "line_chunks", "line_ranges", "progress_bar", "shorten"]
 
 #: bytes :func:`line_chunks` reads at a time (read at every call, so tests can make it small)
 CHUNK_BYTES = 64 << 20
+#: bytes (whole lines) the vectorized parsers work on at a time: bounds their per-byte temporaries (several int64
+#: arrays as long as the text) and keeps them in cache: a 60 MiB MSLR-format file took 3.6–8.0 s to parse in one
+#: piece, 2.0–2.2 s in 4 MiB pieces (scikit-learn's load_svmlight_file: 1.5 s). Read at every call (tests shrink it).
+PARSE_BYTES = 4 << 20
 #: files at least this large get a progress bar
 PROGRESS_BYTES = 32 << 20
 
@@ -68,3 +72,16 @@ def shorten(token: bytes | str, limit: int = 60) -> str:
     """``token`` as text (bytes decoded as UTF-8, bad bytes replaced), cut to ``limit`` characters plus ``...``."""
     s = token.decode("utf-8", errors="replace") if isinstance(token, bytes) else token
     return s if len(s) <= limit else s[:limit] + "..."
+
+
+def line_ranges(data: bytes, size: int) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` byte ranges of ``data`` of at most ``size`` bytes that end after a newline (or at the end
+    of ``data``); a line longer than ``size`` is one range of its own."""
+    start = 0
+    while start < len(data):
+        stop = len(data) if len(data) - start <= size else data.rfind(b"\n", start, start + size) + 1
+        if stop <= start:  # one line longer than the chunk size: take it whole
+            stop = data.find(b"\n", start + size)
+            stop = len(data) if stop < 0 else stop + 1
+        yield start, stop
+        start = stop

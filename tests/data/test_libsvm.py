@@ -150,7 +150,7 @@ def test_reader_rejects_ranking_files(tmp_path):
 
 
 def test_reader_error_in_later_chunk_has_global_line_number(tmp_path, monkeypatch):
-    monkeypatch.setattr("fccolit.io.libsvm._CHUNK_BYTES", 64)  # many chunks
+    monkeypatch.setattr("fccolit.io.text.PARSE_BYTES", 64)  # many chunks
     lines = [f"{1 if i % 3 else -1} 1:{i} 2:0.5" for i in range(200)]
     lines[150] = "1 1:1 2:oops"
     path = _write(tmp_path / "chunks", "\n".join(lines) + "\n")

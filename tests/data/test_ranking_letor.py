@@ -76,6 +76,24 @@ def test_parse_letor_chunks_and_string_qids(tmp_path, monkeypatch):
     assert parsed.qid.tolist() == [b"q-7", b"q-7", b"abc"] and parsed.features.shape == (3, 2)
 
 
+def test_parse_letor_pieces_keep_rows_and_line_numbers(tmp_path, monkeypatch):
+    """Parsing in small whole-line pieces (PARSE_BYTES) inside the read chunks gives the same arrays, and an error
+    deep in the file still names its line."""
+    docs = _letor_docs(20, 10, seed=2)
+    write_letor(tmp_path / "a.txt", docs, comments=True)
+    whole = parse_letor(tmp_path / "a.txt")
+    monkeypatch.setattr(text_module, "CHUNK_BYTES", 1000)
+    monkeypatch.setattr(text_module, "PARSE_BYTES", 170)  # several pieces per chunk, some lines longer than a piece
+    pieces = parse_letor(tmp_path / "a.txt")
+    for field in ("qid", "relevance", "features", "lines"):
+        np.testing.assert_array_equal(getattr(whole, field), getattr(pieces, field))
+    lines = (tmp_path / "a.txt").read_text().splitlines()
+    lines[len(lines) - 3] = "1 qid:4 1:abc"
+    (tmp_path / "b.txt").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"b.txt line {len(lines) - 2}: feature '1:abc' is not <index>:<value>"):
+        parse_letor(tmp_path / "b.txt")
+
+
 def test_group_by_query_first_appearance_and_non_contiguous():
     order, indptr, ids = group_by_query(np.array([30, 10, 30, 20, 10, 30]))
     assert ids.tolist() == [30, 10, 20] and indptr.tolist() == [0, 3, 5, 6]
