@@ -4,23 +4,27 @@ CSV columns: ``Path, Sex, Age, Frontal/Lateral, AP/PA`` and 14 observations (:da
 (positive), ``0.0`` (negative), ``-1.0`` (uncertain) or blank (not mentioned). ``Path`` starts with the release
 folder's name (``CheXpert-v1.0-small/…``).
 
-Why not ``pandas.read_csv``: it is 30× faster (0.11 s against 3.2 s for the 223,414 rows of the small
-release's ``train.csv``, ``benchmarks/handwritten.py``), but checks nothing: this reader refuses a label outside
-{1.0, 0.0, −1.0, blank}, a view other than Frontal / Lateral and a ``Path`` leaving the release folder, naming the
-file, the line and the field. It runs once per raw file (the DataModule caches the arrays), next to minutes of image
-decoding per epoch; a pandas fast path with this loop as its error path (as :mod:`fccolit.io.ratings` does) would
-save those seconds once.
+Why not a plain ``pandas.read_csv``: it is the fast path already (its C tokenizer reads the columns as text); what
+this module adds is the check of every row, vectorized over the columns: a label outside {1.0, 0.0, −1.0, blank}, a
+view other than Frontal / Lateral, a ``Path`` leaving the release folder or a row with the wrong number of fields.
+A file the fast path does not accept as it stands (a quote, a blank line, a lone CR, any failed check) is read again
+by the line-by-line parser, the specification, which names the file, the line and the field of the first error.
+Cost: see ``io.chexpert`` in ``benchmarks/results/handwritten.md`` (``benchmarks/handwritten.py``), once per raw
+file: the DataModule caches the arrays.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
+import re
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
 
 from fccolit.io.paths import confined_relative_path
 
@@ -36,7 +40,9 @@ COMPETITION_LABELS = ("Cardiomegaly", "Edema", "Consolidation", "Atelectasis", "
 _VALUES = {"1.0": 1.0, "1": 1.0, "0.0": 0.0, "0": 0.0, "-1.0": -1.0, "-1": -1.0, "": math.nan}
 
 
-def read_chexpert_csv(path: str | os.PathLike, labels: Sequence[str]) -> dict[str, np.ndarray]:
+def read_chexpert_csv(
+    path: str | os.PathLike, labels: Sequence[str], *, _force_slow: bool = False
+) -> dict[str, np.ndarray]:
     """Parse a CheXpert ``train.csv`` / ``valid.csv``.
 
     Returns:
@@ -49,6 +55,71 @@ def read_chexpert_csv(path: str | os.PathLike, labels: Sequence[str]) -> dict[st
             folder (absolute, or with a ``..`` component).
     """
     path = Path(path)
+    parsed = None if _force_slow else _read_fast(path, labels)
+    return parsed if parsed is not None else _read_checked(path, labels)
+
+
+#: ``Path`` values the vectorized check accepts: relative, ``/``-separated, without a drive, a backslash or a NUL
+#: (:data:`_GOES_UP` then refuses a ``..`` component). Any other file goes to the line-by-line parser, where
+#: :func:`~fccolit.io.paths.confined_relative_path` decides and explains.
+_PLAIN_PATH = re.compile(r"[^/\\\x00:]+(?:/[^/\\\x00:]+)*")
+_GOES_UP = re.compile(r"(?:^|/)\.\.(?:/|$)")
+
+
+def _read_fast(path: Path, labels: Sequence[str]) -> dict[str, np.ndarray] | None:
+    """pandas' C tokenizer and vectorized checks; None when anything is off (the line-by-line parser explains)."""
+    data = path.read_bytes()
+    header_end = data.find(b"\n")
+    if header_end < 0 or b'"' in data or data.count(b"\r") != data.count(b"\r\n"):
+        return None  # a quoted field or a lone CR: the line parser reads those
+    if b"\n\n" in data or b"\n\r\n" in data:
+        return None  # a blank line would shift the line numbers
+    try:
+        header = [h.strip() for h in data[:header_end].decode("utf-8").rstrip("\r").split(",")]
+    except UnicodeDecodeError:
+        return None
+    needed = ["Path", "Frontal/Lateral", *labels]
+    if any(c not in header for c in needed) or len(set(header)) != len(header):
+        return None
+    try:
+        frame = pd.read_csv(
+            io.BytesIO(data), header=None, skiprows=1, names=header, usecols=needed, engine="c", encoding="utf-8",
+            dtype={name: (str if name == "Path" else "category") for name in needed},
+            keep_default_na=False, na_filter=False, quoting=csv.QUOTE_NONE,
+        )
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError):
+        return None
+    n = len(frame)
+    if n == 0 or data.count(b",") != (len(header) - 1) * (n + 1):
+        return None  # a short or long row (pandas pads the one, may shift the other)
+    paths = frame["Path"].str.strip()
+    if not paths.str.fullmatch(_PLAIN_PATH).all() or paths.str.contains(_GOES_UP).any():
+        return None
+
+    def lookup(name: str, table: dict[str, float]) -> np.ndarray | None:
+        """The column's values through ``table`` (cells stripped), looked up once per distinct cell."""
+        column = frame[name].cat
+        values = [table.get(str(cell).strip()) for cell in column.categories]
+        return None if None in values else np.asarray(values, dtype=np.float32)[column.codes.to_numpy()]
+
+    frontal = lookup("Frontal/Lateral", {"Frontal": 1.0, "Lateral": 0.0})
+    raw = [lookup(name, _VALUES) for name in labels]
+    if frontal is None or any(column is None for column in raw):
+        return None
+    try:
+        encoded = paths.to_numpy(dtype=str).astype(bytes)  # ASCII, as in every release
+    except UnicodeEncodeError:
+        encoded = np.char.encode(paths.to_numpy(dtype=str), "utf-8")
+    return {
+        "path": encoded,
+        "line": np.arange(2, n + 2, dtype=np.int32),
+        "frontal": frontal == 1.0,
+        "raw": np.stack(raw, axis=1) if raw else np.zeros((n, 0), dtype=np.float32),
+    }
+
+
+def _read_checked(path: Path, labels: Sequence[str]) -> dict[str, np.ndarray]:
+    """The line-by-line parser: the specification, and the explanation of the first malformed row."""
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         header = next(reader, None)

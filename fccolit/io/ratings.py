@@ -45,7 +45,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
-from fccolit.io.text import line_chunks, shorten
+from fccolit.io.text import lf_line_ends, line_chunks, shorten
 
 __all__ = [
     "MOVIELENS_FORMATS",
@@ -239,7 +239,7 @@ def read_movielens_ratings(
     name = str(path)
     parts = []
     for chunk, line0 in line_chunks(path, "parsing", start):
-        part = None if _force_slow else _movielens_fast(chunk.replace(b"\r\n", b"\n"), sep, rating_scale)
+        part = None if _force_slow else _movielens_fast(lf_line_ends(chunk), sep, rating_scale)
         if part is None:
             part = _movielens_slow(chunk, sep, name, line0 + header_lines, rating_scale)
         parts.append(part)
@@ -325,7 +325,7 @@ _HEADER = re.compile(rb"[ \t]*([0-9]+)[ \t]*:[ \t]*")
 
 def _netflix_fast(chunk: bytes, movie: int | None, probe: bool, scale: tuple[float, float] | None = None):
     """Vectorized parse of a chunk of whole LF lines; None when anything is off (the slow path explains)."""
-    chunk = chunk.replace(b"\r\n", b"\n")
+    chunk = lf_line_ends(chunk)
     if b"\n\n" in chunk:
         chunk = re.sub(rb"\n{2,}", b"\n", chunk)
     chunk = chunk.lstrip(b"\n")

@@ -16,7 +16,9 @@ try:  # tqdm comes with datasets / transformers; the readers work without it
 except ImportError:  # pragma: no cover
     tqdm = None
 
-__all__ = ["CHUNK_BYTES", "PARSE_BYTES", "PROGRESS_BYTES", "line_chunks", "line_ranges", "progress_bar", "shorten"]
+__all__ = [
+    "CHUNK_BYTES", "PARSE_BYTES", "PROGRESS_BYTES", "lf_line_ends", "line_chunks", "line_ranges", "progress_bar", "shorten",
+]
 
 #: bytes :func:`line_chunks` reads at a time (read at every call, so tests can make it small)
 CHUNK_BYTES = 64 << 20
@@ -66,6 +68,11 @@ def line_chunks(path: Path, desc: str, start: int = 0) -> Iterator[tuple[bytes, 
     finally:
         if bar is not None:
             bar.close()
+
+
+def lf_line_ends(chunk: bytes) -> bytes:
+    """``chunk`` with CRLF line ends turned into LF; the chunk itself (no copy) when it holds no CR."""
+    return chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
 
 
 def shorten(token: bytes | str, limit: int = 60) -> str:
