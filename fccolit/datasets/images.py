@@ -5,7 +5,7 @@ Why not torchvision's dataset classes: ``ImageFolder`` wants one folder per clas
 in a CSV and BDD100K in a JSON, with several labels per image; ``CIFAR10`` with ``RandomCrop`` / ``RandomHorizontalFlip``
 transforms crops and flips image by image from the global generator, so a resumed run or another number of workers
 or processes draws other crops. :class:`ImageArrayDataset` crops and flips the whole batch at once from the batch's
-keys, in 0.28–0.34× the time of torchvision's per-image transforms plus ``default_collate`` for a batch of 128
+keys, in 0.20–0.21× the time of torchvision's per-image transforms plus ``default_collate`` for a batch of 128
 (``benchmarks/handwritten.py``). The image files are still decoded by the caller's ``load`` (PIL or torchvision).
 """
 

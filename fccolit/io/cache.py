@@ -18,7 +18,7 @@ first rename wins and the others discard their copy and load the winner's.
 Why not the ``datasets`` cache (``load_dataset`` / ``save_to_disk``): it keys a local file by its path and
 modification time, so an edit that keeps both serves the old rows (``tests/data/test_cache_vs_datasets.py``), and
 ``load_from_disk`` maps its Arrow files without checking them. The check is this cache's whole cost: loading a
-195 MiB entry took 135 ms against 9.8 ms for ``datasets.load_from_disk`` and 0.1 ms for a bare
+195 MiB entry took 167 ms against 9.5–10 ms for ``datasets.load_from_disk`` and 0.13 ms for a bare
 ``np.load(mmap_mode="r")`` (``benchmarks/handwritten.py``), once per DataModule set-up.
 """
 

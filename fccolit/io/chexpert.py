@@ -9,8 +9,8 @@ this module adds is the check of every row, vectorized over the columns: a label
 view other than Frontal / Lateral, a ``Path`` leaving the release folder or a row with the wrong number of fields.
 A file the fast path does not accept as it stands (a quote, a blank line, a lone CR, any failed check) is read again
 by the line-by-line parser, the specification, which names the file, the line and the field of the first error.
-Cost: see ``io.chexpert`` in ``benchmarks/results/handwritten.md`` (``benchmarks/handwritten.py``), once per raw
-file: the DataModule caches the arrays.
+Cost: 8× a bare ``read_csv`` (0.59 s against 73 ms for a 223,414-row ``train.csv``; the line-by-line parser
+alone took 1.7 s, ``benchmarks/handwritten.py``), once per raw file: the DataModule caches the arrays.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ order; ``labels`` (CIFAR-10) or ``fine_labels`` / ``coarse_labels`` (CIFAR-100) 
 ``label_names`` / ``fine_label_names``.
 
 Why not ``torchvision.datasets.CIFAR10`` / ``CIFAR100``: they unpickle the same files at the same speed (this reader
-takes 0.87–0.96× its time on the five training files of 50,000 images, ``benchmarks/handwritten.py``), but they accept only the release's
+takes 1.00–1.01× its time on the five training files of 50,000 images, ``benchmarks/handwritten.py``), but they accept only the release's
 exact bytes (an MD5 check refuses the files the tests write and any re-saved copy), say only ``Dataset not found or
 corrupted`` where this reader names the file and the field, and give a per-image PIL dataset, where the DataModule
 needs the arrays for its cache, its long-tailed subsampling and the batched augmentation of

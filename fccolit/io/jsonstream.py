@@ -3,7 +3,7 @@ time, never the whole list in memory as Python objects.
 
 Why not ``json.load``: it holds the whole list as Python objects, a peak of 1,258 MiB for a generated 226 MiB labels
 file of 70,000 frames against 86 MiB streamed (15×); the stream's peak is a chunk plus one element whatever the
-file's size (the real 2018 training labels are about 1.5 GB), and it took 0.21–0.27× the time of ``json.load``
+file's size (the real 2018 training labels are about 1.5 GB), and it took 0.32–0.34× the time of ``json.load``
 (``benchmarks/handwritten.py``). A streaming parser such as ``ijson`` is not a dependency, and
 this one is ``json``'s own decoder applied element by element.
 """
