@@ -217,7 +217,11 @@ def report(single: dict, ddp: dict | None, command: str, steps: int, threads: in
         "iterates, and sorts the batch's losses for the ranked range: two parameter-sized passes beyond the SGD step.",
         "* ADAP: the AP surrogate's P × B pairs (64 × 256 here; one autograd node with a closed-form backward), the "
         "state update and the estimator: about a hundred small tensor operations at a few microseconds each on this "
-        "CPU, a fixed cost of roughly 1 ms.",
+        "CPU, a fixed cost of roughly 1 ms. Its sigmoid scores are clamped at log √tiny "
+        "(`fccolit.surrogates.sigmoid_scores`): unclamped, the negatives' logits fall below −87 within 20 steps, "
+        "float32's σ and σ' there are subnormal, and on this machine's Xeon every matrix product of the backward pass "
+        "that meets them slowed ADAP's step to 2.7× the plain step (25 ms against 9 ms; the code before the redesign, "
+        "a7284db, the same), where the previous machine showed 1.1×.",
         "* DDP × 2: each collective inside a step waits for the slower rank, and on this 2-core machine shared with "
         "other jobs the ranks are rarely in step. A plain DDP step has one synchronization (the gradient all-reduce); "
         "an FCCO step adds one: the state's all-gather (row counts, indices and estimates in one packed tensor, padded "

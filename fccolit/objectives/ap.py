@@ -15,7 +15,9 @@ from typing import ClassVar
 import torch
 
 from fccolit.objectives.base import FCCOObjective, InnerBatch
-from fccolit.surrogates import pairwise_surrogate, pairwise_surrogate_with_slope, pairwise_weighted_sum, surrogate_range
+from fccolit.surrogates import (
+    pairwise_surrogate, pairwise_surrogate_with_slope, pairwise_weighted_sum, sigmoid_scores, surrogate_range,
+)
 
 
 class AveragePrecision(FCCOObjective):
@@ -172,7 +174,7 @@ class AveragePrecision(FCCOObjective):
     # ------------------------------------------------------------------ the inner values
     def _scores(self, scores: torch.Tensor) -> torch.Tensor:
         scores = scores.reshape(-1)
-        return torch.sigmoid(scores) if self.score_transform == "sigmoid" else scores
+        return sigmoid_scores(scores) if self.score_transform == "sigmoid" else scores
 
     def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
         s = self._scores(scores)

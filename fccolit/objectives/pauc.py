@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from fccolit.surrogates import pairwise_surrogate
+from fccolit.surrogates import pairwise_surrogate, sigmoid_scores
 
 __all__ = [
     "top_sum",
@@ -349,7 +349,7 @@ class PartialAUCRange(RankedRangeObjective):
 
     def transform(self, scores: torch.Tensor) -> torch.Tensor:
         """The scores the pair margins are taken on: ``h`` or ``σ(h)`` (``score_transform``)."""
-        return torch.sigmoid(scores) if self.score_transform == "sigmoid" else scores
+        return sigmoid_scores(scores) if self.score_transform == "sigmoid" else scores
 
     def losses(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> RankedRangeBatch:
         s = self.transform(scores.reshape(-1))
