@@ -404,7 +404,11 @@ def test_two_processes_equal_one_process(ddp_runs, algo):
     assert float(one["state.log_decay_total"]) < -0.5  # the decay counters moved
     for k in one:
         assert torch.equal(two[k], other_rank[k]), k  # identical on every rank
-        assert torch.allclose(one[k], two[k], rtol=1e-10, atol=1e-12), k
+        # rounding only: the two processes sum the gradient in another order, and 21 steps of ADAP's 1/u_2 weights
+        # amplify it to ~5e-12 of the tensor's scale (2e-11 on weights of size 3.6 with one CPU's float64 kernels),
+        # so the absolute tolerance scales with the tensor; a lost row or sample moves values by 1e-3 and more
+        atol = 1e-12 + 1e-10 * float(one[k].abs().max())
+        assert torch.allclose(one[k], two[k], rtol=1e-10, atol=atol), (k, float((one[k] - two[k]).abs().max()))
     assert single[0]["ema_weight"] == double[0]["ema_weight"] == double[1]["ema_weight"]
     for step, (_, _, indices) in single[0]["trace"].items():
         assert sorted(double[0]["trace"][step][2] + double[1]["trace"][step][2]) == sorted(indices)
