@@ -16,6 +16,7 @@ Runs, each writing its ``benchmarks/results/<name>.md``, then assembles ``benchm
   128 … 2048 (Lightning, table and plot); ``song_step.py``: SONG / K-SONG / SOLC (raw, at MovieLens-20M table sizes);
 * ``handwritten.py``: the hand-written optimizers, samplers and readers against torch.optim, DistributedSampler, pandas,
   scikit-learn, torchvision, json and datasets on the same work.
+* ``sparse_libsvm.py`` (full runs only: its one size is the news20-shaped file): sparse LIBSVM memory and step time.
 
 ``--quick`` uses reduced sizes (under 10 minutes on the 2-core development machine); without it, full sizes. The last
 line printed is ``summary: fcco_overhead_max=<x> libauc_speedup_min=<y>``: the worst FCCO / plain step ratio of
@@ -101,6 +102,8 @@ def main() -> None:
             sub(["benchmarks/metrics_compare.py", *quick])
         if "handwritten" not in args.skip:
             sub(["benchmarks/handwritten.py", *quick, "--write"], required=False)
+        if "sparse_libsvm" not in args.skip and not args.quick:
+            sub(["benchmarks/sparse_libsvm.py", "--write"], required=False)
     sub(["benchmarks/collect.py"])
     print(f"all benchmarks: {time.perf_counter() - start:.0f} s")
     fmt = lambda xs, f: f"{f(xs):.3f}" if xs else "nan"  # noqa: E731
