@@ -32,15 +32,15 @@ example the ``β_t = min(1, β_0/√t)`` schedule of the MOAP/ADAP linear experi
 
 Why not ``torch.optim``: at constant weights ``Momentum`` is ``SGD(lr·β, momentum=1−β)`` and
 ``AdaptiveMomentum(bias_correction=True)`` is ``Adam`` (``tests/optim/test_optim.py``), but under the papers' β
-schedules no per-step mapping onto ``momentum`` / ``dampening`` / ``betas`` gives their update (torch skips dampening on
-the first step and corrects Adam's bias with the current β^t), ADAP runs without bias correction, which torch's Adam
-cannot, and eq. (13)'s ``adagrad`` / ``adabound`` second moments have no torch counterpart
+schedules no per-step mapping onto ``momentum`` / ``dampening`` / ``betas`` gives their update (torch skips dampening
+on the first step and corrects Adam's bias with the current β^t), ADAP runs without bias correction, which torch's
+Adam cannot, and eq. (13)'s ``adagrad`` / ``adabound`` second moments have no torch counterpart
 (``tests/optim/test_optim_vs_torch.py``). The hand-written step costs nothing measurable: on ResNet-20's weights (CPU,
 one thread, ``benchmarks/handwritten.py``, two runs on a quiet machine) a ``Momentum`` step takes 1.01–1.02× torch's
 ``SGD`` step and an ``AdaptiveMomentum`` step 0.84–0.87× torch's ``Adam`` step; torch's multi-tensor ``foreach`` path,
-its default on GPUs, is 1.26–1.28× faster than ``Momentum`` on CPU (1.05–1.10× for Adam), and likely more on a GPU (not
-measured). ``LazyAdam`` takes 0.86–1.01× the time of ``SparseAdam`` + ``Adam`` and is one optimizer for a config's one
-``optimizer:`` entry.
+its default on GPUs, is 1.26–1.28× faster than ``Momentum`` on CPU (1.05–1.10× for Adam), and likely more on a GPU
+(not measured). ``LazyAdam`` takes 0.86–1.01× the time of ``SparseAdam`` + ``Adam`` and is one optimizer for a
+config's one ``optimizer:`` entry.
 
 References (the steps as the papers write them):
     * Wang & Yang (ICML 2022), Algorithm 1 (SOX's momentum step): Bokun Wang and Tianbao Yang, "Finite-Sum

@@ -37,12 +37,12 @@ def sigmoid_scores(scores: torch.Tensor) -> torch.Tensor:
     """``σ(scores)``, the papers' map of logits into (0, 1) before the pair margins, without subnormal numbers.
 
     The logits are clamped from below at ``log √tiny`` of their dtype (float32: −43.7, where σ = 1.1e-19; float64:
-    −354), so σ stays at 1.1e-19 (float32) and its gradient is exactly 0 there instead of subnormal. Why: a model trained for AP pushes
-    negatives to logits below −87, where float32's σ and σ' are subnormal; on x86 CPUs every matrix product of the
-    backward pass that meets them runs several times slower (ADAP's step on a 256-512-512-1 MLP took 2.7× a plain
-    step instead of 1.0×, ``benchmarks/fcco_overhead.py``; GPUs flush them at no cost). Nothing a float32 loss can
-    see changes: margins are taken between scores in [0, 1], where a difference below 1e-19 rounds away against any
-    margin, and a gradient below 1e-19 times the upstream one vanishes in any sum with a normal one.
+    −354), so σ stays at 1.1e-19 (float32) and its gradient is exactly 0 there instead of subnormal. Why: a model
+    trained for AP pushes negatives to logits below −87, where float32's σ and σ' are subnormal; on x86 CPUs every
+    matrix product of the backward pass that meets them runs several times slower (ADAP's step on a 256-512-512-1 MLP
+    took 2.7× a plain step instead of 1.0×, ``benchmarks/fcco_overhead.py``; not measured on a GPU). Nothing a
+    float32 loss can see changes: margins are taken between scores in [0, 1], where a difference below 1e-19 rounds
+    away against any margin, and a gradient below 1e-19 times the upstream one vanishes in any sum with a normal one.
 
     Args:
         scores: logits, any shape, floating point.

@@ -17,7 +17,8 @@ except ImportError:  # pragma: no cover
     tqdm = None
 
 __all__ = [
-    "CHUNK_BYTES", "PARSE_BYTES", "PROGRESS_BYTES", "lf_line_ends", "line_chunks", "line_ranges", "progress_bar", "shorten",
+    "CHUNK_BYTES", "PARSE_BYTES", "PROGRESS_BYTES",
+    "lf_line_ends", "line_chunks", "line_ranges", "progress_bar", "shorten",
 ]
 
 #: bytes :func:`line_chunks` reads at a time (read at every call, so tests can make it small)

@@ -21,10 +21,10 @@ batches (:class:`~fccolit.samplers.uniform.UniformBatchSampler` with seed 0 equa
 seed=0, drop_last=True))`` on every rank, ``tests/data/test_samplers_vs_torch.py``), but they keep no position to
 resume an epoch from, carry no random-number keys for augmentation, and without ``drop_last`` pad the last rank by
 repeating samples, which would update a per-index state row twice or count an evaluation sample twice (the same
-test; :class:`SequentialShardSampler` pads nothing). The class-structured batches (fixed positives per batch,
-whole groups per rank, tasks × classes, queries) have no torch counterpart. The cost is small: one epoch of
-1,000,000 indices in batches of 512 (rank 0 of 2) takes 1.47–1.56× the time of ``DistributedSampler`` +
-``BatchSampler`` (92 ms against 60 ms), and :class:`SequentialShardSampler` 0.82–0.84× (``benchmarks/handwritten.py``).
+test; :class:`SequentialShardSampler` pads nothing). The class-structured batches (fixed positives per batch, whole
+groups per rank, tasks × classes, queries) have no torch counterpart. The cost is small: one epoch of 1,000,000
+indices in batches of 512 (rank 0 of 2) takes 1.47–1.56× the time of ``DistributedSampler`` + ``BatchSampler`` (92 ms
+against 60 ms), and :class:`SequentialShardSampler` 0.82–0.84× (``benchmarks/handwritten.py``).
 """
 
 from __future__ import annotations

@@ -782,9 +782,10 @@ def test_pairwise_weighted_sum_equals_the_autograd_expression(surrogate):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_sigmoid_scores_are_sigmoid_without_subnormals(dtype):
-    """AP's and pAUC's score transform: torch.sigmoid, bit for bit, above log √tiny; at and below it σ(log √tiny) with gradient 0, so
-    neither the scores nor their gradients are ever subnormal (float32's sigmoid is subnormal below -87, and
-    every matrix product of the backward pass that meets such a value runs several times slower on x86 CPUs)."""
+    """AP's and pAUC's score transform: torch.sigmoid, bit for bit, above log √tiny; at and below it σ(log √tiny)
+    with gradient 0, so neither the scores nor their gradients are ever subnormal (float32's sigmoid is subnormal
+    below -87, and every matrix product of the backward pass that meets such a value runs several times slower on
+    x86 CPUs)."""
     from fccolit.objectives import AveragePrecision, PartialAUCRange
     from fccolit.surrogates import sigmoid_scores
 
