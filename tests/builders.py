@@ -130,6 +130,18 @@ def fit_batches(module, batches, callbacks=(), max_steps=None, ckpt_path=None, *
     return trainer
 
 
+def assert_rounding_close(expected: torch.Tensor, actual: torch.Tensor, what: Any, rtol: float = 1e-10) -> None:
+    """``actual`` equals ``expected`` up to float64 rounding amplified by training (the 1 = 2 processes DDP tests).
+
+    Element-wise ``rtol``, plus an absolute tolerance of ``rtol`` times the tensor's largest value: two processes
+    sum in another order, a few steps amplify that to ~1e-11 of the tensor's scale, and an element near 0 carries its
+    neighbours' rounding (on one CPU the element-wise 1e-12 failed a weight by 1.9e-11 on values of 3.6). A lost row,
+    sample or collective moves values by 1e-3 and more, far beyond it.
+    """
+    atol = 1e-12 + rtol * float(expected.abs().max()) if expected.numel() else 1e-12
+    assert torch.allclose(expected, actual, rtol=rtol, atol=atol), (what, float((expected - actual).abs().max()))
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 (for ``MASTER_PORT``)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
