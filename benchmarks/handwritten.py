@@ -59,7 +59,7 @@ import fccolit.io.text  # noqa: E402
 from fccolit.datasets.images import ImageArrayDataset  # noqa: E402
 from fccolit.io.bdd100k import ATTRIBUTE_VALUES, ATTRIBUTES, read_bdd100k_attributes  # noqa: E402
 from fccolit.io.cache import cached_arrays  # noqa: E402
-from fccolit.io.chexpert import COMPETITION_LABELS, OBSERVATIONS, read_chexpert_csv  # noqa: E402
+from fccolit.io.chexpert import COMPETITION_LABELS, read_chexpert_csv  # noqa: E402
 from fccolit.io.cifar import CIFAR_SPECS, read_cifar_batch  # noqa: E402
 from fccolit.io.fairness import ADULT_COLUMNS, parse_adult  # noqa: E402
 from fccolit.io.letor import parse_letor, read_lightgbm_ranking  # noqa: E402
@@ -67,7 +67,7 @@ from fccolit.io.ratings import read_movielens_ratings  # noqa: E402
 from fccolit.models.vision import ResNet20  # noqa: E402
 from fccolit.optim import AdaptiveMomentum, LazyAdam, Momentum  # noqa: E402
 from fccolit.samplers import SampledBatch, SequentialShardSampler, UniformBatchSampler  # noqa: E402
-from fccolit.testing import write_cifar  # noqa: E402
+from fccolit.testing import write_chexpert_csv, write_cifar  # noqa: E402
 from fccolit.testing.ranking import write_large_movielens_csv  # noqa: E402
 
 SHARED = Path("/work/shared/data")
@@ -235,15 +235,7 @@ def letor_rows(quick: bool, work: Path) -> list[Row]:
 def csv_rows(quick: bool, work: Path) -> list[Row]:
     rows = []
     num = 50_000 if quick else 223_414  # CheXpert-v1.0-small's train.csv
-    rng = np.random.default_rng(0)
-    path = work / "CheXpert-v1.0-small" / "train.csv"
-    path.parent.mkdir(parents=True)
-    cells = np.array(["1.0", "0.0", "-1.0", ""])[rng.integers(0, 4, (num, len(OBSERVATIONS)))]
-    with open(path, "w") as f:
-        f.write(",".join(["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA", *OBSERVATIONS]) + "\n")
-        for i in range(num):
-            f.write(f"CheXpert-v1.0-small/train/patient{i:05d}/study1/view1_frontal.jpg,Female,{40 + i % 50},"
-                    f"{'Frontal' if i % 7 else 'Lateral'},AP," + ",".join(cells[i]) + "\n")
+    path = write_chexpert_csv(work / "CheXpert-v1.0-small" / "train.csv", num)
     columns = ["Path", "Frontal/Lateral", *COMPETITION_LABELS]
     rows.append(pair("io.chexpert", "pandas.read_csv(usecols=...)", f"generated train.csv ({num:,} rows)",
                      lambda: read_chexpert_csv(path, COMPETITION_LABELS),

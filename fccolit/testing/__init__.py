@@ -15,7 +15,7 @@ MovieLens                 :func:`write_movielens_csv` (random ratings), :func:`w
 Netflix Prize             :func:`write_netflix`, :func:`write_netflix_quirks` (CRLF, blank lines, ``probe.txt``)
 LETOR / MSLR-WEB          :func:`write_letor` (given documents), :func:`write_mslr_fold` (a random ``Fold<k>``)
 CIFAR-10 / 100            :func:`cifar_arrays` (random images), :func:`write_cifar` (the python pickles)
-CheXpert                  :func:`write_chexpert` (CSVs and JPEGs)
+CheXpert                  :func:`write_chexpert` (CSVs and JPEGs), :func:`write_chexpert_csv` (a large CSV alone)
 BDD100K                   :func:`bdd_frames` (frame attributes), :func:`write_bdd100k` (labels JSON and JPEGs)
 CSV                       :func:`write_csv` (given rows), :func:`write_binary_csv` (a toy binary problem)
 ========================  ==========================================================================================
@@ -29,7 +29,9 @@ Example::
     dm = MovieLensDataModule(tmp / "ml", num_negatives=20)
 """
 
-from fccolit.testing.images import bdd_frames, cifar_arrays, noise_image, write_bdd100k, write_chexpert, write_cifar
+from fccolit.testing.images import (
+    bdd_frames, cifar_arrays, noise_image, write_bdd100k, write_chexpert, write_chexpert_csv, write_cifar,
+)
 from fccolit.testing.ranking import (
     write_large_movielens_csv, write_letor, write_movielens_csv, write_movielens_ratings, write_mslr_fold,
     write_netflix, write_netflix_quirks, zip_bytes,
@@ -40,7 +42,7 @@ from fccolit.testing.tabular import (
 
 __all__ = [
     "bdd_frames", "cifar_arrays", "noise_image", "write_adult_files", "write_bdd100k", "write_binary_csv",
-    "write_chexpert", "write_cifar", "write_compas_file", "write_csv", "write_large_libsvm",
+    "write_chexpert", "write_chexpert_csv", "write_cifar", "write_compas_file", "write_csv", "write_large_libsvm",
     "write_large_movielens_csv", "write_letor", "write_libsvm", "write_movielens_csv", "write_movielens_ratings",
     "write_mslr_fold", "write_netflix", "write_netflix_quirks", "zip_bytes",
 ]

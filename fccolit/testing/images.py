@@ -19,7 +19,9 @@ from fccolit.io.bdd100k import ATTRIBUTE_VALUES, ATTRIBUTES, LABEL_FILES
 from fccolit.io.chexpert import OBSERVATIONS
 from fccolit.io.cifar import CIFAR_SPECS
 
-__all__ = ["bdd_frames", "cifar_arrays", "noise_image", "write_bdd100k", "write_chexpert", "write_cifar"]
+__all__ = [
+    "bdd_frames", "cifar_arrays", "noise_image", "write_bdd100k", "write_chexpert", "write_chexpert_csv", "write_cifar",
+]
 
 
 def noise_image(rng: np.random.Generator, size: tuple[int, int], channels: int, grain: int = 8) -> np.ndarray:
@@ -198,6 +200,31 @@ def write_chexpert(
         if split == "train":
             written = rows
     return base, written
+
+
+def write_chexpert_csv(
+    path: str | os.PathLike,
+    num_rows: int,
+    values: Sequence[str] = ("1.0", "0.0", "-1.0", ""),
+    seed: int = 0,
+) -> Path:
+    """Write a CheXpert ``train.csv`` of ``num_rows`` rows and no images (for the reader's tests and benchmarks; the
+    small release's has 223,414 rows): patient ``i`` has one study, every seventh view is Lateral, and each of the 14
+    observations takes a cell of ``values`` at random (``"1"``, ``"0"``, ``"-1"`` are also valid cells).
+
+    Returns:
+        ``path``.
+    """
+    rng = np.random.default_rng(seed)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cells = np.asarray(values)[rng.integers(0, len(values), (num_rows, len(OBSERVATIONS)))]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(",".join(["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA", *OBSERVATIONS]) + "\n")
+        for i in range(num_rows):
+            f.write(f"CheXpert-v1.0-small/train/patient{i:05d}/study1/view1_frontal.jpg,Female,{40 + i % 50},"
+                    f"{'Frontal' if i % 7 else 'Lateral'},AP," + ",".join(cells[i]) + "\n")
+    return path
 
 
 def bdd_frames(num_train: int = 84, num_val: int = 21, seed: int = 3) -> dict[str, list[dict[str, str]]]:

@@ -24,7 +24,7 @@ from fccolit.datamodules.chexpert import CheXpertDataModule
 from fccolit.datamodules.cifar import CIFARLTDataModule, long_tail_counts, long_tail_indices
 from fccolit.datasets.images import random_crop_flip
 from fccolit.io.bdd100k import read_bdd100k_attributes
-from fccolit.io.chexpert import OBSERVATIONS, apply_uncertainty, read_chexpert_csv
+from fccolit.io.chexpert import apply_uncertainty, read_chexpert_csv
 from fccolit.io.cifar import read_cifar_batch
 from fccolit.models.vision import ResNet20
 from fccolit.objectives import AveragePrecision
@@ -36,7 +36,9 @@ from fccolit.samplers.multilabel import (
     multilabel_sizes,
 )
 
-from fccolit.testing import cifar_arrays as _cifar_arrays, write_bdd100k, write_chexpert, write_cifar
+from fccolit.testing import (
+    cifar_arrays as _cifar_arrays, write_bdd100k, write_chexpert, write_chexpert_csv, write_cifar,
+)
 from builders import CIFAR10_NAMES, SHARED_DATA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -362,22 +364,12 @@ def test_chexpert_multilabel_batches(chexpert_root):
     assert val["y"].shape[1] == 5 and set(val) == {"x", "y", "index"}
 
 
-def _chexpert_csv_text(num_rows: int, seed: int = 0) -> str:
-    rng = np.random.default_rng(seed)
-    lines = [",".join(["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA", *OBSERVATIONS])]
-    for i in range(num_rows):
-        view = "Frontal" if rng.random() < 0.7 else "Lateral"
-        cells = rng.choice(["1.0", "0.0", "-1.0", "", "1", "0", "-1"], size=len(OBSERVATIONS))
-        path = f"CheXpert-v1.0-small/train/patient{i // 2:05d}/study{i % 2 + 1}/view1_{view.lower()}.jpg"
-        lines.append(",".join([path, "Female", str(20 + i % 60), view, "AP", *cells]))
-    return "\n".join(lines) + "\n"
-
-
 @pytest.mark.parametrize("variant", ["plain", "crlf", "no_final_newline", "spaces_and_dot", "blank_quoted_unicode"])
 def test_chexpert_fast_reader_equals_the_line_parser(tmp_path, monkeypatch, variant):
     """The vectorized reader returns exactly what the line-by-line parser (the specification) returns; files it
     does not take as they stand (blank lines, quotes) go to that parser, line numbers intact."""
-    text = _chexpert_csv_text(300)
+    path = write_chexpert_csv(tmp_path / "train.csv", 300, values=("1.0", "0.0", "-1.0", "", "1", "0", "-1"))
+    text = path.read_text()
     if variant == "crlf":
         text = text.replace("\n", "\r\n")
     elif variant == "no_final_newline":
@@ -389,7 +381,6 @@ def test_chexpert_fast_reader_equals_the_line_parser(tmp_path, monkeypatch, vari
         lines[5] = '"' + lines[5].replace(",", '",', 1)  # a quoted Path
         lines[9] = lines[9].replace("Female", "Femme \u00e9")
         text = "\n".join(lines[:7] + ["", ",,,,,"] + lines[7:])  # a blank line and a row of blank cells
-    path = tmp_path / "train.csv"
     path.write_bytes(text.encode("utf-8"))
     labels = ["Edema", "No Finding", "Pleural Effusion"]
     slow = read_chexpert_csv(path, labels, _force_slow=True)
