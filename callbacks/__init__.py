@@ -1,5 +1,6 @@
 """Callbacks (installed as ``fccolit.callbacks``)."""
 
+from fccolit.callbacks.checkpoint import RunCheckpoint
 from fccolit.callbacks.constraints import ConstraintViolationLogger
 from fccolit.callbacks.prediction_writer import PredictionWriter
 from fccolit.callbacks.schedules import HyperParameterSchedule, InverseSqrtSchedule
@@ -9,4 +10,4 @@ from fccolit.callbacks.stop_gradient import StopGradientSwitch
 from fccolit.callbacks.summary import MetricsSummary
 from fccolit.callbacks.warmup import WarmUp
 
-__all__ = ["MetricsSummary", "StateHistograms", "PredictionWriter", "HyperParameterSchedule", "InverseSqrtSchedule", "SOXBoost", "ConstraintViolationLogger", "WarmUp", "StopGradientSwitch"]
+__all__ = ["RunCheckpoint", "MetricsSummary", "StateHistograms", "PredictionWriter", "HyperParameterSchedule", "InverseSqrtSchedule", "SOXBoost", "ConstraintViolationLogger", "WarmUp", "StopGradientSwitch"]

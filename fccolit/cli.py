@@ -13,16 +13,22 @@ model's ``data_sizes`` through ``link_arguments`` (state rows, input widths). Ex
 
 On top of LightningCLI:
 
-* ``--ckpt_path last`` / ``best`` resolve across runs (:func:`resolve_checkpoint`): the configs' ModelCheckpoint
-  writes to one folder per config, so a new process finds the previous run's files; ``validate`` / ``test`` /
-  ``predict`` refuse a checkpoint that does not exist instead of evaluating the untrained model;
+* every run writes to its own folder, ``<save_dir>/<name>/version_<k>/`` (claimed atomically: two runs of a config
+  started together get two folders), with its checkpoints in ``checkpoints/`` (:class:`~fccolit.callbacks.RunCheckpoint`:
+  ``last.ckpt`` is always the newest state); ``--trainer.default_root_dir X`` moves it under ``X``;
+* ``--ckpt_path last`` / ``best`` resolve among the config's runs (:class:`~fccolit.checkpoints.RunLayout`) in any
+  later process; the file is checked (complete, loadable without running code from it, fitting the model), changed
+  hyper-parameters are printed and changed optimizer settings refused before anything runs; ``validate`` / ``test`` /
+  ``predict`` refuse to run without a checkpoint (``--ckpt_path untrained`` to evaluate the initial model) and log to
+  the checkpoint's run folder, ``version_<k>/<subcommand>/``;
 * before any step, each DataModule prints one summary line and the configured metrics are checked against its
   evaluation batches (:class:`RunChecks`);
 * ``predict`` writes its scores with :class:`~fccolit.callbacks.PredictionWriter` (``--prediction_writer.path``);
 * TensorBoard's HParams get the whole resolved config and ``hp_metric`` = the monitored selection metric
   (:class:`SaveAndLogConfig`);
-* a configuration error is one line, ``fccolit: error: ...``, exit status 2 (the full report with ``--traceback``
-  or ``FCCOLIT_TRACEBACK=1``).
+* a configuration error, and any error before the first step, is one line, ``fccolit: error: ...``, exit status 2
+  (the full report with ``--traceback`` or ``FCCOLIT_TRACEBACK=1``); a run stopped by SIGTERM exits with status 143
+  after writing ``last.ckpt``; abbreviated options are refused (``--trainer.max_epoch``: "Did you mean").
 """
 
 from __future__ import annotations
@@ -33,22 +39,34 @@ import importlib.metadata
 import inspect
 import os
 import re
+import signal
 import sys
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Any, NoReturn
 
-import torch
 from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from fccolit.algorithms import FCCOModule
 from fccolit.callbacks.prediction_writer import PredictionWriter
+from fccolit.checkpoints import (
+    ConfigurationError,
+    RunLayout,
+    check_checkpoint_file,
+    claim_run_folder,
+    hyperparameter_changes,
+    import_class,
+    load_checkpoint,
+    resolve_checkpoint,
+    state_mismatches,
+)
 from fccolit.datamodules import FCCODataModule
 from fccolit.metrics import build_metric
 from fccolit.resources import resolve_config_args
@@ -207,6 +225,7 @@ class FCCOArgumentParser(LightningArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", FCCOHelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)  # `--trainer.max_epoch 1` is a typo to report, not max_epochs
         super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
@@ -216,81 +235,6 @@ class FCCOArgumentParser(LightningArgumentParser):
         self._logger.error(message)
         sys.stderr.write(f"fccolit: error: {hint.strip() or one_line(message)}\n")
         sys.exit(2)
-
-
-def check_checkpoint_file(path: str | os.PathLike) -> None:
-    """Raise ``ValueError`` naming ``path`` when it is not a complete PyTorch checkpoint: empty, truncated (a copy or
-    a write cut short) or corrupted (a member failing its CRC). Reads the whole file once (the zip CRCs)."""
-    path = Path(path)
-    size = path.stat().st_size
-    advice = "resume from an earlier checkpoint (or the last complete copy of this one)"
-    if size == 0:
-        raise ValueError(f"checkpoint {path} is empty (0 bytes): it is incomplete (a write or copy cut short); {advice}")
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    if magic != b"PK":  # not the zip container torch.save writes (the legacy format starts with a pickle opcode)
-        if magic[:1] == b"\x80":
-            return
-        raise ValueError(f"checkpoint {path} ({size} bytes) is not a PyTorch checkpoint (it does not start as one)")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            broken = archive.testzip()
-    except (zipfile.BadZipFile, EOFError, OSError) as err:
-        raise ValueError(
-            f"checkpoint {path} ({size} bytes) is incomplete: it is truncated or damaged ({err}); {advice}"
-        ) from None
-    if broken is not None:
-        raise ValueError(f"checkpoint {path} is corrupted: its entry {broken!r} fails its CRC check; {advice}")
-
-
-_NOT_COMPARED = {"_class_path", "_instantiator", "data_sizes"}  # bookkeeping and link targets (set from the data)
-
-
-def _plain(value: Any) -> Any:
-    """A config value as plain Python (jsonargparse Namespaces as dicts, tuples as lists) for comparisons."""
-    if hasattr(value, "as_dict"):
-        return value.as_dict()
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def hyperparameter_changes(checkpoint: dict[str, Any], model_config: Any) -> list[tuple[str, Any, Any]]:
-    """``(key, checkpoint value, configured value)`` for every hyper-parameter the module saved in ``checkpoint``
-    (``hyper_parameters``) that the configured model (``class_path`` / ``init_args``) sets to another value, the
-    class included; then the optimizer's settings (``optimizer.init_args.<key>``) that differ from the
-    checkpoint's first optimizer's (its ``initial_lr`` for ``lr`` under a scheduler)."""
-    saved = dict(checkpoint.get("hyper_parameters") or {})
-    config = _plain(model_config) or {}
-    init_args = dict(config.get("init_args") or {})
-    changes: list[tuple[str, Any, Any]] = []
-    saved_class = saved.get("_class_path")
-    if saved_class and config.get("class_path") and saved_class != config["class_path"]:
-        changes.append(("class_path", saved_class, config["class_path"]))
-    for key, old in saved.items():
-        if key in _NOT_COMPARED or key not in init_args:
-            continue
-        new = init_args[key]
-        if _plain(old) != new:
-            changes.append((key, old, new))
-    optimizer = init_args.get("optimizer")
-    groups = [state.get("param_groups", []) for state in checkpoint.get("optimizer_states", [])]
-    if isinstance(optimizer, dict) and groups and groups[0]:
-        group = groups[0][0]
-        for key, new in (optimizer.get("init_args") or {}).items():
-            old = _plain(group.get("initial_lr", group.get(key)) if key == "lr" else group.get(key))
-            if old is not None and not isinstance(old, dict) and old != _plain(new) and not (
-                isinstance(old, (int, float)) and isinstance(new, (int, float)) and float(old) == float(new)
-            ):
-                changes.append((f"optimizer.init_args.{key}", old, new))
-    return changes
-
-
-class ConfigurationError(ValueError):
-    """A run that cannot start as configured (a checkpoint that does not exist, metrics the data cannot feed); the
-    console script reports it as one line."""
 
 
 def _configuration_error(err: BaseException) -> BaseException:
@@ -303,93 +247,6 @@ def _configuration_error(err: BaseException) -> BaseException:
 def is_configuration_error(err: BaseException) -> bool:
     return isinstance(err, ConfigurationError) or getattr(err, "fccolit_configuration_error", False)
 
-
-# ------------------------------------------------------------------------------------- --ckpt_path last / best
-def _checkpoint_folders(trainer: Trainer) -> list[ModelCheckpoint]:
-    """The trainer's ModelCheckpoint callbacks that write to a fixed folder (``dirpath``), the ones whose files a
-    new process can find; without ``dirpath`` Lightning writes into each run's new version folder."""
-    return [c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
-
-
-def last_checkpoints(callback: ModelCheckpoint) -> list[Path]:
-    """The ``last.ckpt`` files (``last-v<k>.ckpt`` too) in ``callback``'s folder, newest first."""
-    pattern = re.compile(rf"{re.escape(callback.CHECKPOINT_NAME_LAST)}(-v\d+)?{re.escape(callback.FILE_EXTENSION)}")
-    folder = Path(callback.dirpath)
-    found = [p for p in folder.iterdir() if pattern.fullmatch(p.name)] if folder.is_dir() else []
-    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
-
-
-def recorded_best(callback: ModelCheckpoint, last: Path) -> Path | None:
-    """The best checkpoint that ``callback``'s state in the checkpoint ``last`` records (Lightning saves the
-    callback's ``best_model_path`` in every checkpoint), looked up in ``callback``'s folder when the recorded path
-    has moved; None when it records none or the file is gone."""
-    checkpoint = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
-    states = [s for s in (checkpoint.get("callbacks") or {}).values() if isinstance(s, dict) and s.get("best_model_path")]
-    state = next((s for s in states if s.get("monitor") == callback.monitor), None)
-    if state is None:
-        return None
-    recorded = Path(state["best_model_path"])
-    for candidate in (recorded, Path(callback.dirpath) / recorded.name):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def resolve_checkpoint(ckpt_path: str | os.PathLike, trainer: Trainer, subcommand: str) -> str | None:
-    """The checkpoint file that ``--ckpt_path`` names for ``subcommand``, across runs of the same config.
-
-    * ``"best"`` / ``"last"`` already known to this process (a ``fit`` in the same Python session): Lightning's.
-    * ``"last"``: the newest ``last.ckpt`` in the folders of the trainer's ModelCheckpoints (their ``dirpath``: the
-      configs write every run of a config to one folder). ``fit`` without one starts from scratch (Lightning's rule:
-      ``--ckpt_path last`` may be set before the first run).
-    * ``"best"``: the best checkpoint that the newest ``last.ckpt`` records for the first monitoring ModelCheckpoint.
-    * any other value: a file, which must exist.
-
-    Raises:
-        ConfigurationError: one line naming what is missing and where it was looked for: no such file; ``last`` /
-            ``best`` without a ModelCheckpoint writing to a fixed ``dirpath``; nothing found there for ``validate``
-            / ``test`` / ``predict`` (which would otherwise evaluate the untrained model), or for ``best``.
-    """
-    ckpt_path = str(ckpt_path)
-    if ckpt_path not in ("last", "best"):
-        if not Path(ckpt_path).is_file():
-            raise ConfigurationError(f"--ckpt_path {ckpt_path}: no such checkpoint file")
-        return ckpt_path
-    callbacks = [c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)]
-    in_process = [getattr(c, f"{ckpt_path}_model_path", "") for c in callbacks]
-    if any(in_process):
-        return ckpt_path  # a fit in this process knows it: Lightning resolves it
-    folders = _checkpoint_folders(trainer)
-    if not folders:
-        raise ConfigurationError(
-            f"--ckpt_path {ckpt_path}: no ModelCheckpoint in trainer.callbacks writes to a fixed folder (dirpath), so "
-            "no earlier run's checkpoint can be found; give a checkpoint file, or add a ModelCheckpoint with dirpath, "
-            "monitor and save_last to the config"
-        )
-    where = ", ".join(str(c.dirpath) for c in folders)
-    lasts = sorted((p for c in folders for p in last_checkpoints(c)), key=lambda p: p.stat().st_mtime, reverse=True)
-    if ckpt_path == "last":
-        if lasts:
-            return str(lasts[0])
-        if subcommand == "fit":
-            return ckpt_path  # nothing to resume: Lightning warns and starts from scratch
-        raise ConfigurationError(
-            f"--ckpt_path last: no last.ckpt in {where}: train first (fccolit fit with the same config) or give a "
-            "checkpoint file"
-        )
-    monitoring = next((c for c in folders if c.monitor), None)
-    if monitoring is None:
-        raise ConfigurationError(
-            f"--ckpt_path best: the ModelCheckpoint writing to {where} monitors no metric (set its monitor), so no "
-            "checkpoint is the best; use --ckpt_path last or a checkpoint file"
-        )
-    best = next((b for b in (recorded_best(monitoring, p) for p in lasts) if b is not None), None)
-    if best is None:
-        raise ConfigurationError(
-            f"--ckpt_path best: no best checkpoint by {monitoring.monitor} recorded in {monitoring.dirpath} (it is "
-            "recorded in last.ckpt: train first with save_last, or give a checkpoint file)"
-        )
-    return str(best)
 
 
 # ------------------------------------------------------------------------------------- checks before any step
@@ -437,20 +294,49 @@ def check_metrics(module: FCCOModule, datamodule: FCCODataModule) -> None:
 class RunChecks(Callback):
     """What the CLI does once the data is set up, before any step of any subcommand: prints the DataModule's
     summary line (:meth:`~fccolit.datamodules.FCCODataModule.summary`), warns when it validates on its test split,
-    and checks the configured metrics against its evaluation batches (:func:`check_metrics`)."""
+    checks the configured metrics against its evaluation batches (:func:`check_metrics`) and, with a checkpoint to
+    load (``ckpt_path``), that its state fits the configured module (:func:`~fccolit.checkpoints.state_mismatches`).
+
+    An error raised before the first training step (``fit``) or evaluation batch (``validate``, ``test``,
+    ``predict``) has finished, by the data's setup, the sampler, the optimizer's construction, the checkpoint's
+    restore or the first step itself, is marked as a configuration error: the console reports it in one line
+    (exit status 2) instead of a traceback."""
+
+    def __init__(self, ckpt_path: str | None = None) -> None:
+        self.ckpt_path = ckpt_path
+        self._stepped = False
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         data = trainer.datamodule
-        if not isinstance(data, FCCODataModule):
-            return
-        rank_zero_info(data.summary())
-        if data.val_is_test and stage in ("fit", "validate"):
-            rank_zero_warn(
-                f"{type(data).__name__}: the data has no validation split, so validation runs on the test split: the "
-                "val/ metrics are test metrics, and a checkpoint selected on them is selected on the test set"
-            )
-        if isinstance(pl_module, FCCOModule) and stage != "predict":
-            check_metrics(pl_module, data)
+        if isinstance(data, FCCODataModule):
+            rank_zero_info(data.summary())
+            if data.val_is_test and stage in ("fit", "validate"):
+                rank_zero_warn(
+                    f"{type(data).__name__}: the data has no validation split, so validation runs on the test split: "
+                    "the val/ metrics are test metrics, and a checkpoint selected on them is selected on the test set"
+                )
+            if isinstance(pl_module, FCCOModule) and stage != "predict":
+                check_metrics(pl_module, data)
+        if self.ckpt_path:
+            mismatches = state_mismatches(load_checkpoint(self.ckpt_path).get("state_dict", {}), pl_module.state_dict())
+            if mismatches:
+                raise ConfigurationError(
+                    f"checkpoint {self.ckpt_path} does not fit the configured {type(pl_module).__name__}: "
+                    f"{'; '.join(mismatches)}; use it with the model and data it was written with"
+                )
+
+    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+        self._stepped = True
+
+    def _evaluated(self, trainer: Trainer, *args: Any) -> None:
+        if trainer.state.fn != TrainerFn.FITTING:  # fit's validation batches (sanity check included) are no step
+            self._stepped = True
+
+    on_validation_batch_end = on_test_batch_end = on_predict_batch_end = _evaluated
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        if not self._stepped and isinstance(exception, Exception):
+            _configuration_error(exception)
 
 
 # ------------------------------------------------------------------------------------- hyper-parameters
@@ -489,64 +375,144 @@ class SaveAndLogConfig(SaveConfigCallback):
         self._entry_written = True
 
 
+#: ``--ckpt_path untrained``: evaluate the model as initialized (``validate`` / ``test`` / ``predict`` refuse to run
+#: without a checkpoint otherwise)
+UNTRAINED = "untrained"
+
+
+def _rank_zero_process() -> bool:
+    """Whether this process is the first of its job (a DDP launcher's children have ``LOCAL_RANK`` / ``NODE_RANK``
+    set), before any trainer exists."""
+    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
+
+
+def _configured_loggers(trainer_config: Any) -> list[Any]:
+    """The loggers of a parsed trainer configuration given as ``class_path`` / ``init_args`` (Namespaces)."""
+    loggers = trainer_config.get("logger")
+    loggers = loggers if isinstance(loggers, list) else [loggers]
+    return [entry for entry in loggers if getattr(entry, "class_path", None) and entry.get("init_args") is not None]
+
+
 class FCCOLitCLI(LightningCLI):
     """LightningCLI with fccolit's links, trainer defaults (``use_distributed_sampler: false``), checkpoint
     resolution, checks before any step, prediction writer and hyper-parameter logging (see the module docstring)."""
 
-    def instantiate_classes(self) -> None:
-        """As LightningCLI, but an error raised by a class's constructor (a missing data folder, a model that does not
-        fit the data) surfaces as itself rather than buried in jsonargparse's "Does not validate against any of the
-        Union subtypes ... Given value: Namespace(...)" report; any error here is a configuration error."""
-        try:
-            super().instantiate_classes()
-        except ValueError as err:
-            cause: BaseException = err
-            while (cause.__cause__ or cause.__context__) is not None:
-                cause = cause.__cause__ or cause.__context__
-            if cause is err or type(cause).__module__.startswith("jsonargparse"):
-                raise _configuration_error(err)
-            raise _configuration_error(cause) from None
-        except Exception as err:
-            raise _configuration_error(err)
+    def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        """As LightningCLI; then a logger's relative ``save_dir`` is taken relative to ``trainer.default_root_dir``
+        when that is set, so ``--trainer.default_root_dir X`` moves a config's logs and checkpoints under ``X``."""
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        root = self.config[subcommand].trainer.get("default_root_dir") if subcommand else None
+        if root:
+            for logger in _configured_loggers(self.config[subcommand].trainer):
+                save_dir = logger.init_args.get("save_dir")
+                if save_dir is not None and not Path(save_dir).is_absolute():
+                    logger.init_args.save_dir = str(Path(root) / save_dir)
 
     def _parse_ckpt_path(self) -> None:
-        """With ``--ckpt_path``: first check the file is a complete checkpoint (an error naming it otherwise).
+        """``--ckpt_path``: resolve ``last`` / ``best`` among the config's runs (:class:`~fccolit.checkpoints.RunLayout`),
+        check the file (complete, loadable without running code from it) and compare it with the configuration.
 
-        LightningCLI then overwrites the configured model's hyper-parameters with the checkpoint's, so a value
-        changed on the command line was dropped without a word. Here, when the configuration names a model, it is
-        what runs: each module hyper-parameter that differs from the checkpoint's is printed (checkpoint → now).
-        The optimizer's settings are restored from the checkpoint's optimizer state by Lightning, so one that
-        differs is refused, listing the keys. Without a model in the configuration the checkpoint's is used."""
+        LightningCLI overwrites the configured model's hyper-parameters with the checkpoint's, so a value changed on
+        the command line was dropped without a word. Here, when the configuration names a model, it is what runs:
+        each module hyper-parameter that differs from the checkpoint's is printed (checkpoint → now). ``fit`` restores
+        the optimizer (its settings included) from the checkpoint, so a configured optimizer setting that differs from
+        what the checkpoint's optimizer was configured with is refused, listing the keys; a schedule's changes to the
+        settings during the run are not differences. Without a model in the configuration the checkpoint's is used.
+        ``validate`` / ``test`` / ``predict`` without ``--ckpt_path`` are refused (they would evaluate the untrained
+        model) unless it is ``untrained``."""
         try:
-            self._check_resumed_settings()
+            self._resolve_and_check_checkpoint()
         except Exception as err:
             raise _configuration_error(err)
 
-    def _check_resumed_settings(self) -> None:
+    def _resolve_and_check_checkpoint(self) -> None:
         subcommand = self.config.get("subcommand")
-        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if not ckpt_path or not Path(ckpt_path).is_file():
-            return super()._parse_ckpt_path()
-        check_checkpoint_file(ckpt_path)
-        model_config = self.config[subcommand].get("model")
+        if not subcommand:
+            return
+        config = self.config[subcommand]
+        given = config.get("ckpt_path")
+        if given == UNTRAINED or given is None:
+            config.ckpt_path = None
+            if given is None and subcommand != "fit":
+                raise ConfigurationError(
+                    f"{subcommand} without --ckpt_path would evaluate the untrained model: give --ckpt_path last (the "
+                    f"newest run of this config), best, or a checkpoint file (--ckpt_path {UNTRAINED} evaluates the "
+                    "model as initialized)"
+                )
+            return
+        layout = RunLayout.of(config.trainer)
+        resolved = resolve_checkpoint(given, layout, subcommand)
+        config.ckpt_path = resolved
+        if resolved is None:
+            rank_zero_info(f"--ckpt_path {given}: no earlier run of this config in {layout.where()}; training starts "
+                           "from scratch")
+            return
+        if resolved != given:
+            rank_zero_info(f"--ckpt_path {given}: {resolved}")
+        check_checkpoint_file(resolved)
+        checkpoint = load_checkpoint(resolved)
+        model_config = config.get("model")
         if model_config is None or not getattr(model_config, "class_path", None):
             return super()._parse_ckpt_path()
-        checkpoint = torch.load(ckpt_path, weights_only=True, map_location="cpu")
-        changes = hyperparameter_changes(checkpoint, model_config)
+        changes = hyperparameter_changes(checkpoint, model_config, optimizer=subcommand == "fit")
         optimizer_changes = [c for c in changes if c[0].startswith("optimizer.")]
         listing = lambda rows: "\n".join(f"  {k}: {old!r} (checkpoint) -> {new!r} (configured)" for k, old, new in rows)  # noqa: E731
         if optimizer_changes:
             raise ValueError(
-                f"resuming from {ckpt_path} with optimizer settings that differ from the checkpoint's:\n"
-                f"{listing(optimizer_changes)}\nLightning restores the optimizer's state (its settings included) "
-                "from the checkpoint, so these would be ignored: configure the checkpoint's values to resume, or "
-                "start a new run from the checkpoint's weights (a callback or the model's pretrained weights)."
+                f"resuming from {resolved} with optimizer settings that differ from those the checkpoint's run was "
+                f"configured with:\n{listing(optimizer_changes)}\nLightning restores the optimizer's state (its "
+                "settings included) from the checkpoint, so these would be ignored: configure the checkpoint's values "
+                "to resume, or start a new run from the checkpoint's weights (the model's pretrained weights)."
             )
-        if changes and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        if changes and _rank_zero_process():
             sys.stderr.write(
-                f"Resuming from {ckpt_path} with hyper-parameters that differ from the checkpoint's; the configured "
+                f"{subcommand} from {resolved} with hyper-parameters that differ from the checkpoint's; the configured "
                 f"values apply:\n{listing(changes)}\n"
             )
+
+    def before_instantiate_classes(self) -> None:
+        """Give the run its folder: ``fit`` (and an evaluation of a checkpoint from elsewhere) a new
+        ``version_<k>``, claimed atomically (:func:`~fccolit.checkpoints.claim_run_folder`); ``validate`` / ``test``
+        / ``predict`` of a run's checkpoint that run's folder, ``version_<k>/<subcommand>/`` (its logs, config and
+        predictions: no new run folder per evaluation). A logger's configured ``version`` is kept."""
+        self._claimed: Path | None = None
+        subcommand = self.subcommand
+        if subcommand is None:
+            return
+        config = self.config[subcommand]
+        loggers = _configured_loggers(config.trainer)
+        logger = loggers[0] if loggers else None
+        cls_ = import_class(logger.class_path) if logger is not None else None
+        if cls_ is None or not issubclass(cls_, (TensorBoardLogger, CSVLogger)) or logger.init_args.get("version") is not None:
+            return
+        layout = RunLayout.of(config.trainer)
+        ckpt_path = config.get("ckpt_path")
+        run = layout.run_of(ckpt_path) if ckpt_path and subcommand != "fit" else None
+        if run is not None:
+            logger.init_args.version = f"{run}/{subcommand}"
+        elif _rank_zero_process() and layout.root is not None:
+            version = claim_run_folder(layout.root)
+            logger.init_args.version = version
+            self._claimed = layout.root / f"version_{version}"
+
+    def instantiate_classes(self) -> None:
+        """As LightningCLI, but an error raised by a class's constructor (a missing data folder, a model that does not
+        fit the data) surfaces as itself rather than buried in jsonargparse's "Does not validate against any of the
+        Union subtypes ... Given value: Namespace(...)" report; any error here is a configuration error (and the run
+        folder claimed for it is given back)."""
+        try:
+            super().instantiate_classes()
+        except Exception as err:
+            claimed = getattr(self, "_claimed", None)
+            if claimed is not None and claimed.is_dir() and not any(claimed.iterdir()):
+                claimed.rmdir()
+            cause: BaseException = err
+            while (cause.__cause__ or cause.__context__) is not None:
+                cause = cause.__cause__ or cause.__context__
+            if not isinstance(err, ValueError) or cause is err or type(cause).__module__.startswith("jsonargparse"):
+                raise _configuration_error(err)
+            raise _configuration_error(cause) from None
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.link_arguments("data", "model.init_args.data_sizes", compute_fn=data_sizes, apply_on="instantiate")
@@ -559,20 +525,16 @@ class FCCOLitCLI(LightningCLI):
         return parser
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
-        return super()._instantiate_trainer(config, [*callbacks, RunChecks()])
-
-    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
-        """LightningCLI's arguments of ``trainer.<subcommand>``, with ``ckpt_path`` resolved across runs
-        (:func:`resolve_checkpoint`) and a resolved file checked (:func:`check_checkpoint_file`)."""
-        kwargs = super()._prepare_subcommand_kwargs(subcommand)
-        ckpt_path = kwargs.get("ckpt_path")
-        if ckpt_path is not None:
-            resolved = resolve_checkpoint(ckpt_path, self.trainer, subcommand)
-            if resolved is not None and resolved not in ("last", "best") and resolved != str(ckpt_path):
-                check_checkpoint_file(resolved)
-                rank_zero_info(f"--ckpt_path {ckpt_path}: {resolved}")
-            kwargs["ckpt_path"] = resolved
-        return kwargs
+        ckpt_path = self.config[self.subcommand].get("ckpt_path") if self.subcommand else None
+        for callback in [*(config.get("callbacks") or []), *callbacks]:
+            if type(callback) is ModelCheckpoint and callback.save_last:
+                rank_zero_warn(
+                    "Lightning's ModelCheckpoint writes last.ckpt only when it also writes a top-k checkpoint, and "
+                    "after a max_steps stop in the middle of an epoch it records the epoch as finished (a resumed run "
+                    "skips the rest of it): use fccolit.callbacks.RunCheckpoint (the same arguments), whose last.ckpt "
+                    "is always the newest state and resumes exactly"
+                )
+        return super()._instantiate_trainer(config, [*callbacks, RunChecks(ckpt_path)])
 
 
 def main(args: ArgsType = None, run: bool = True) -> FCCOLitCLI:
@@ -615,19 +577,24 @@ DESCRIPTION = (
 
 
 def console() -> None:
-    """The ``fccolit`` console script: exit status 0 on success, 2 with one line ``fccolit: error: ...`` on a
-    configuration error (the full traceback with ``--traceback`` anywhere on the command line, or
-    ``FCCOLIT_TRACEBACK=1``)."""
+    """The ``fccolit`` console script: exit status 0 on success; 2 with one line ``fccolit: error: ...`` on a
+    configuration error or any error before the first step (the full traceback with ``--traceback`` anywhere on the
+    command line, or ``FCCOLIT_TRACEBACK=1``); 143 (128 + SIGTERM) when a SIGTERM stopped the run, after
+    :class:`~fccolit.callbacks.RunCheckpoint` wrote ``last.ckpt``, so ``fccolit fit ... && fccolit test ...`` does not
+    go on to test an unfinished run."""
     # Lightning 2.6 calls an API that torch 2.14 deprecates, once per run: noise for a user, nothing to act on
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
-    # the configs write every run of a config to one checkpoint folder on purpose (so that `--ckpt_path last` / `best`
-    # find the previous run's files), and a new run replacing them is what the README promises
-    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
     if "--traceback" in sys.argv[1:]:
         sys.argv.remove("--traceback")
         os.environ[TRACEBACK_VARIABLE] = "1"
     try:
         main()
+    except SIGTERMException:
+        sys.stderr.write(
+            "fccolit: stopped by SIGTERM; last.ckpt holds the state after the last finished step (continue with "
+            "--ckpt_path last)\n"
+        )
+        sys.exit(128 + signal.SIGTERM)
     except Exception as err:
         if full_reports() or not is_configuration_error(err):
             raise

@@ -35,17 +35,31 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 
 from fccolit import distributed
+from fccolit.checkpoints import RESUME_KEY
 from fccolit.metrics import EvaluationMetrics, build_metric
 from fccolit.metrics.figures import figure_writer, log_curve_figures
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.samplers.base import derived_seed
 from fccolit.state import IndexedState, InitialState, StateUpdate
 
-#: the checkpoint entry of what exact resumption needs beyond the state dicts (see FCCOModule.on_save_checkpoint)
-RESUME_KEY = "fccolit_resume"
-
 OptimizerFactory = OptimizerCallable
 SchedulerFactory = LRSchedulerCallable
+
+
+def _plain_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer's constructor settings (``defaults``) as plain numbers, strings and lists, which a weights-only
+    checkpoint load accepts: what the CLI compares with the configured optimizer when a run resumes."""
+    plain = {}
+    for key, value in settings.items():
+        if isinstance(value, tuple):
+            value = list(value)
+        if torch.is_tensor(value) and value.numel() == 1:
+            value = value.item()
+        if value is None or isinstance(value, (bool, int, float, str)) or (
+            isinstance(value, list) and all(isinstance(v, (bool, int, float)) for v in value)
+        ):
+            plain[key] = value
+    return plain
 
 
 def _packable(scores: torch.Tensor, fields: list[torch.Tensor]) -> bool:
@@ -582,7 +596,12 @@ class FCCOModule(LightningModule):
             "random_draw_seed": self._random_draw_seed,
             "objective_sum": float(totals[0]),
             "objective_count": float(totals[1]),
+            "optimizer_defaults": [_plain_settings(opt.defaults) for opt in self._optimizers_or_none()],
         }
+
+    def _optimizers_or_none(self) -> list[torch.optim.Optimizer]:
+        """The trainer's optimizers (none outside a trainer)."""
+        return list(getattr(self._trainer, "optimizers", None) or [])
 
     def _non_finite_entries(self, checkpoint: dict[str, Any]) -> Iterable[tuple[str, torch.Tensor]]:
         """The parameters and optimizer-state tensors of ``checkpoint`` holding NaN or ±inf (buffers may hold NaN

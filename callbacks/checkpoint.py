@@ -1,0 +1,87 @@
+"""``RunCheckpoint``: a ModelCheckpoint whose ``last.ckpt`` is always the run's newest state and resumes exactly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` (same arguments) with a ``last.ckpt`` that is the run's newest state at every
+    point where the run can stop, saved at a point from which ``--ckpt_path last`` continues bit for bit.
+
+    Lightning 2.6's ModelCheckpoint writes ``last.ckpt`` only at a step where it also writes a top-k file, so with a
+    monitored metric ``last.ckpt`` stays at the last improvement; and the state it writes when training stops at
+    ``max_steps`` (or on ``should_stop``) in the middle of an epoch records that epoch as finished, so a resumed run
+    skips the rest of it. Here the top-k files (``best.ckpt`` by ``monitor``) are chosen as Lightning chooses them, and
+    ``last.ckpt`` is written:
+
+    * at the end of every validation, when it does not fall on an epoch's last batch (mid-epoch validation,
+      ``val_check_interval``);
+    * at the end of every training epoch (after the module's ``on_train_epoch_end``), when the epoch ran to its end;
+    * after the training batch at which the run stops in the middle of an epoch: ``max_steps`` reached,
+      ``trainer.should_stop`` set (a ``Timer``, ``EarlyStopping``), or SIGTERM received (the console then exits with
+      status 143); the epoch's end is not recorded, so a resumed run finishes that epoch;
+    * every ``every_n_train_steps`` training steps, when set (the points a ``kill -9`` falls back to);
+    * when training ends, unless it is already there.
+
+    Every one of these is a state the trainer resumes exactly from (the loop's progress, the sampler's position in the
+    epoch, the per-index state and the optimizer agree). Without validation (``limit_val_batches: 0``) the top-k files
+    are chosen at the end of each training epoch, as Lightning does.
+    """
+
+    #: the global step of the newest last.ckpt this run wrote
+    _last_state_step: int | None = None
+
+    def _saving(self, trainer: Trainer) -> bool:
+        return not (bool(trainer.fast_dev_run) or trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking)
+
+    def write_last(self, trainer: Trainer) -> None:
+        """Write ``last.ckpt`` now (every rank calls it: saving is collective under DDP)."""
+        if not self.save_last:
+            return
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        self._last_state_step = trainer.global_step
+
+    @staticmethod
+    def _epoch_ran_to_its_end(trainer: Trainer) -> bool:
+        return bool(trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
+
+    @staticmethod
+    def _stops_after_this_batch(trainer: Trainer) -> bool:
+        max_steps = trainer.max_steps
+        stopping = (max_steps is not None and max_steps >= 0 and trainer.global_step >= max_steps) or trainer.should_stop
+        sigterm = bool(trainer.received_sigterm)
+        if trainer.world_size > 1:  # a signal reaches the ranks at different times: save on all of them or none
+            sigterm = trainer.strategy.reduce_boolean_decision(sigterm, all=False)
+        return stopping or sigterm
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if not self._saving(trainer) or self._epoch_ran_to_its_end(trainer):
+            return  # an epoch's last batch: the save at the epoch's end follows
+        every = self._every_n_train_steps
+        if self._stops_after_this_batch(trainer) or (every >= 1 and trainer.global_step % every == 0):
+            self.write_last(trainer)
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self._saving(trainer):
+            return
+        self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
+        if not self._epoch_ran_to_its_end(trainer):
+            self.write_last(trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self._saving(trainer):
+            return
+        if self._should_save_on_train_epoch_end(trainer):  # no validation: top-k by a training metric
+            self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
+        if self._epoch_ran_to_its_end(trainer):
+            self.write_last(trainer)
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._saving(trainer) and self._last_state_step != trainer.global_step:
+            self.write_last(trainer)
