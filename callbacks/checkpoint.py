@@ -77,10 +77,12 @@ class RunCheckpoint(ModelCheckpoint):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self._saving(trainer):
             return
-        if self._should_save_on_train_epoch_end(trainer):  # no validation: top-k by a training metric
+        if not self._epoch_ran_to_its_end(trainer):
+            return  # stopped in the middle of the epoch: last.ckpt was written after its last batch
+        batches = trainer.num_val_batches
+        if (sum(batches) if isinstance(batches, list) else batches) == 0:  # no validation: top-k by a training metric
             self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
-        if self._epoch_ran_to_its_end(trainer):
-            self.write_last(trainer)
+        self.write_last(trainer)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._saving(trainer) and self._last_state_step != trainer.global_step:

@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fccolit.checkpoints import newest_last_checkpoint
+
 __all__ = ["ResNet20", "TorchvisionBackbone", "CLIPClassifier", "load_backbone_state", "write_tiny_clip"]
 
 
@@ -113,7 +115,8 @@ class ResNet20(_OutputSized):
         num_outputs: width of the head (None: ``sizes["num_outputs"]`` of the data).
         depth: 6n + 2 (20, 32, 44, 56, 110 are the paper's; 20 is the default).
         in_channels: input channels.
-        weights_path: a local state dict of this model (e.g. a cross-entropy pre-trained one), see
+        weights_path: a local state dict of this model (e.g. a cross-entropy pre-trained one), or a folder of runs (the
+            newest last.ckpt below it, e.g. ``lightning_logs/cifar_ce_pretrain``), see
             :func:`load_backbone_state`.
         load_head: also load the head from ``weights_path``; default re-initializes it.
     """
@@ -170,7 +173,14 @@ _DENSENET_OLD_KEY = re.compile(r"^(.*denselayer\d+\.(?:norm|relu|conv))\.((?:[12
 
 
 def _read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The state dict in the file ``path``; a folder stands for the newest ``last.ckpt`` below it, so a config's log
+    folder (``lightning_logs/cifar_ce_pretrain``) names its newest run's last checkpoint."""
     path = Path(path)
+    if path.is_dir():
+        newest = newest_last_checkpoint(path)
+        if newest is None:
+            raise FileNotFoundError(f"weights folder {path} holds no last.ckpt (train the run first, or give a file)")
+        path = newest
     if not path.is_file():
         raise FileNotFoundError(f"weights file not found: {path}")
     try:

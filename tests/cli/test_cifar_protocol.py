@@ -37,11 +37,11 @@ def test_ce_pretraining_then_adap_with_the_head_reinitialized(cifar_root, tmp_pa
     monkeypatch.chdir(tmp_path)  # the configs write lightning_logs/ and checkpoints/ relative to the working directory
     pre = _run("ce_pretrain.yaml", cifar_root, "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1")
     assert pre.datamodule.build_train_sampler().__class__.__name__ == "UniformBatchSampler"
-    checkpoint = tmp_path / "checkpoints" / "cifar_ce" / "last.ckpt"
+    checkpoint = tmp_path / "lightning_logs" / "cifar_ce_pretrain" / "version_0" / "checkpoints" / "last.ckpt"
     assert checkpoint.is_file()
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
     ap = _run("adap.yaml", cifar_root, "--trainer.fast_dev_run", "1", "--data.init_args.num_positives", "4",
-              "--model.init_args.model.init_args.weights_path", str(checkpoint))
+              "--model.init_args.model.init_args.weights_path", "lightning_logs/cifar_ce_pretrain")  # the header's folder
     # the AP module took a step from the loaded weights: rebuild its backbone as the config did and compare
     backbone = type(ap.model.model)(name="resnet18", num_outputs=1, cifar_stem=True, weights_path=str(checkpoint))
     fresh = type(ap.model.model)(name="resnet18", num_outputs=1, cifar_stem=True)

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
 SOX_AP = str(CONFIGS / "libsvm" / "sox_ap.yaml")
-EXPERIMENTS = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name not in ("trainer", "hf"))
+EXPERIMENTS = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name != "trainer")
 
 
 def run_console(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
@@ -127,22 +127,21 @@ def test_validating_on_the_test_split_warns_at_run_time(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="no validation split, so validation runs on the test split"):
         result = main(["validate", "--config", str(CONFIGS / "mslr" / "solc.yaml"), "--data.root", str(tmp_path),
                        "--data.init_args.num_features", "5", "--data.init_args.normalize", "standard", "--data.init_args.cache_dir", str(tmp_path / "cache"),
-                       "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"])
+                       "--trainer.enable_progress_bar", "false", "--trainer.logger", "false", "--ckpt_path", "untrained"])
     assert result.datamodule.val_is_test
     assert "(the test split)" in result.datamodule.summary()
 
 
 @pytest.mark.parametrize("config", EXPERIMENTS, ids=lambda p: str(p.relative_to(CONFIGS)))
-def test_every_config_checkpoints_its_selection_metric_to_a_fixed_folder(config):
+def test_every_config_checkpoints_its_selection_metric_in_each_runs_folder(config):
     spec = yaml.safe_load(config.read_text())
-    callbacks = [c for c in spec["trainer"]["callbacks"] if c["class_path"].endswith("ModelCheckpoint")]
-    assert len(callbacks) == 1, "one ModelCheckpoint: --ckpt_path best reads the first one"
+    callbacks = [c for c in spec["trainer"]["callbacks"] if c["class_path"].endswith("Checkpoint")]
+    assert [c["class_path"] for c in callbacks] == ["fccolit.callbacks.RunCheckpoint"], "one: last is the newest state"
     options = callbacks[0]["init_args"]
     metrics = spec["model"]["init_args"]["metrics"]
     assert options["monitor"] in {f"val/{m}" for m in metrics} and options["mode"] == "max"
     assert options["save_last"] is True and options["filename"] == "best"
-    assert options["enable_version_counter"] is False  # a new run replaces best.ckpt / last.ckpt
-    assert "version_" not in options["dirpath"] and not Path(options["dirpath"]).is_absolute()
+    assert "dirpath" not in options  # each run's own <save_dir>/<name>/version_<k>/checkpoints: nothing shared
     assert spec["trainer"]["logger"]["init_args"]["default_hp_metric"] is False
     header = [line for line in config.read_text().splitlines() if line.startswith("#")]
     assert not any("--ckpt_path" in line and "CKPT" in line for line in header)

@@ -1,13 +1,14 @@
 """The train -> test path of every config header, through the CLI: ``fccolit fit`` writes best.ckpt / last.ckpt to
-the config's fixed folder; ``fccolit test|validate|predict --ckpt_path last|best`` in a new process finds them, and
-refuses in one line when they are not there; ``predict`` writes its scores; TensorBoard gets the whole config and a
-real ``hp_metric``."""
+the run's own folder (``lightning_logs/<config>/version_<k>/checkpoints``); ``fccolit test|validate|predict --ckpt_path
+last|best`` in a new process finds the newest run's files, logs into that run's folder, and refuses in one line when
+they are not there; ``predict`` writes its scores; TensorBoard gets the whole config and a real ``hp_metric``."""
 
 from __future__ import annotations
 
 import csv
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,8 @@ from fccolit.cli import ConfigurationError, console, main
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
 SMALL = ["--data.init_args.num_samples", "3000", "--trainer.enable_progress_bar", "false"]
-CHECKPOINTS = Path("lightning_logs") / "quickstart" / "checkpoints"  # the config's dirpath, under the working folder
+RUNS = Path("lightning_logs") / "quickstart"  # the logger's folder of the config, under the working folder
+CHECKPOINTS = RUNS / "version_0" / "checkpoints"  # the first run's
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +51,14 @@ def run_console(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def test_fit_writes_best_and_last_to_the_configs_folder(trained):
+def test_fit_writes_best_and_last_to_the_runs_own_folder(trained):
     folder, result = trained
     assert sorted(p.name for p in (folder / CHECKPOINTS).iterdir()) == ["best.ckpt", "last.ckpt"]
     callback = result.trainer.checkpoint_callback
-    assert Path(callback.best_model_path) == folder / CHECKPOINTS / "best.ckpt"
+    assert folder / callback.best_model_path == folder / CHECKPOINTS / "best.ckpt"  # relative, as the config's save_dir
     assert callback.monitor == "val/ap"
+    last = torch.load(folder / CHECKPOINTS / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] == result.trainer.global_step  # the final state, whatever the best step was
 
 
 def test_test_with_last_in_a_new_process_reports_the_trained_model(trained, tmp_path, monkeypatch):
@@ -70,69 +74,84 @@ def test_test_with_last_in_a_new_process_reports_the_trained_model(trained, tmp_
                  "--ckpt_path", str(folder / CHECKPOINTS / "last.ckpt")])
     assert test_ap == pytest.approx(float(here.trainer.callback_metrics["test/ap"]), abs=1e-12)
     assert test_ap > 0.3  # trained: 5% positives, so an untrained model's AP is about 0.05
-    assert f"--ckpt_path last: {folder / CHECKPOINTS / 'last.ckpt'}" in proc.stderr + proc.stdout
+    assert f"--ckpt_path last: {CHECKPOINTS / 'last.ckpt'}" in proc.stderr + proc.stdout
+    # its logs went to the tested run's folder, not to a new run's
+    assert sorted(p.name for p in (folder / RUNS).iterdir()) == ["version_0"]
+    assert (folder / RUNS / "version_0" / "test" / "config.yaml").is_file()
 
 
 def test_best_resolves_to_the_checkpoint_the_monitor_chose(trained, monkeypatch):
     folder, result = trained
     monkeypatch.chdir(folder)
-    tested = main(["validate", "--config", QUICKSTART, *SMALL, "--trainer.logger", "false", "--ckpt_path", "best"])
+    tested = main(["validate", "--config", QUICKSTART, *SMALL, "--ckpt_path", "best"])
     best = torch.load(folder / CHECKPOINTS / "best.ckpt", map_location="cpu", weights_only=True)
     state = next(s for s in best["callbacks"].values() if s.get("monitor") == "val/ap")
-    assert tested.trainer.ckpt_path == str(folder / CHECKPOINTS / "best.ckpt")
+    assert Path(tested.trainer.ckpt_path).resolve() == (folder / CHECKPOINTS / "best.ckpt").resolve()
     assert float(tested.trainer.callback_metrics["val/ap"]) == pytest.approx(float(state["best_model_score"]), abs=1e-12)
 
 
-def test_a_second_run_resumes_from_last_and_replaces_the_files(trained, tmp_path, monkeypatch):
+def test_a_resumed_run_writes_its_own_folder_and_last_then_finds_it(trained, tmp_path, monkeypatch):
     folder, result = trained
-    import shutil
-
     shutil.copytree(folder / "lightning_logs", tmp_path / "lightning_logs")
     monkeypatch.chdir(tmp_path)
+    before = {p: p.stat().st_mtime_ns for p in CHECKPOINTS.iterdir()}
     steps = result.trainer.global_step
     resumed = main(["fit", "--config", QUICKSTART, *SMALL, "--trainer.max_epochs", "3", "--ckpt_path", "last"])
     assert resumed.trainer.global_step == steps * 3 // 2  # two epochs restored, one more trained
-    assert sorted(p.name for p in CHECKPOINTS.iterdir()) == ["best.ckpt", "last.ckpt"]  # replaced, no last-v1.ckpt
-    assert torch.load(CHECKPOINTS / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == resumed.trainer.global_step
+    assert {p: p.stat().st_mtime_ns for p in CHECKPOINTS.iterdir()} == before  # the first run's files untouched
+    second = RUNS / "version_1" / "checkpoints"
+    assert sorted(p.name for p in second.iterdir()) == ["best.ckpt", "last.ckpt"]
+    last = torch.load(second / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] == resumed.trainer.global_step
+    tested = main(["validate", "--config", QUICKSTART, *SMALL, "--ckpt_path", "last"])
+    assert Path(tested.trainer.ckpt_path).resolve() == (second / "last.ckpt").resolve()
+    assert Path(tested.trainer.log_dir) == RUNS / "version_1" / "validate"
 
 
-def test_a_new_run_of_a_config_does_not_warn_about_its_checkpoint_folder(trained, tmp_path, monkeypatch, capsys):
-    """One folder per config is on purpose: the console does not pass on Lightning's "exists and is not empty"."""
-    folder, _ = trained
-    import shutil
-    import warnings
-
-    shutil.copytree(folder / "lightning_logs", tmp_path / "lightning_logs")
+def test_default_root_dir_moves_the_runs_and_last_finds_them_there(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        code, _, err = run_console(monkeypatch, capsys, "fit", "--config", QUICKSTART, *SMALL, "--trainer.max_epochs", "1")
-    assert code == 0, err[-3000:]
-    assert (CHECKPOINTS / "last.ckpt").is_file()
-    assert not [w for w in caught if "exists and is not empty" in str(w.message)]
+    args = ["--config", QUICKSTART, *SMALL, "--trainer.default_root_dir", "elsewhere"]
+    main(["fit", *args, "--trainer.max_steps", "3"])
+    assert (tmp_path / "elsewhere" / CHECKPOINTS / "last.ckpt").is_file()
+    assert not (tmp_path / "lightning_logs").exists()
+    tested = main(["validate", *args, "--ckpt_path", "last"])
+    assert Path(tested.trainer.ckpt_path).resolve() == (tmp_path / "elsewhere" / CHECKPOINTS / "last.ckpt").resolve()
 
 
 @pytest.mark.parametrize("subcommand", ["validate", "test", "predict"])
-@pytest.mark.parametrize("ckpt_path", ["last", "best", "missing.ckpt"])
+@pytest.mark.parametrize("ckpt_path", ["last", "best", "missing.ckpt", None])
 def test_a_checkpoint_that_does_not_exist_is_refused_in_one_line(subcommand, ckpt_path, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # no run of the config here
-    code, out, err = run_console(monkeypatch, capsys, subcommand, "--config", QUICKSTART, *SMALL, "--ckpt_path", ckpt_path)
+    given = ["--ckpt_path", ckpt_path] if ckpt_path else []
+    code, out, err = run_console(monkeypatch, capsys, subcommand, "--config", QUICKSTART, *SMALL, *given)
     assert code == 2
     (line,) = [l for l in err.splitlines() if l.startswith("fccolit: error:")]
-    expected = {"last": "--ckpt_path last: no last.ckpt in ", "best": "--ckpt_path best: no best checkpoint by val/ap",
-                "missing.ckpt": "--ckpt_path missing.ckpt: no such checkpoint file"}[ckpt_path]
+    expected = {"last": "--ckpt_path last: no last.ckpt in lightning_logs/quickstart/*/checkpoints",
+                "best": "--ckpt_path best: no best checkpoint recorded in lightning_logs/quickstart/*/checkpoints",
+                "missing.ckpt": "--ckpt_path missing.ckpt: no such checkpoint file",
+                None: f"{subcommand} without --ckpt_path would evaluate the untrained model"}[ckpt_path]
     assert line.startswith(f"fccolit: error: {expected}")
     assert "Traceback" not in err and "│ test/ap" not in out  # nothing was evaluated
+    assert not (tmp_path / "lightning_logs").exists()  # and no run folder was made for it
     monkeypatch.setenv("FCCOLIT_TRACEBACK", "1")  # the full report instead
     with pytest.raises(ConfigurationError, match=re.escape(expected)):
-        run_console(monkeypatch, capsys, subcommand, "--config", QUICKSTART, *SMALL, "--ckpt_path", ckpt_path)
+        run_console(monkeypatch, capsys, subcommand, "--config", QUICKSTART, *SMALL, *given)
 
 
-def test_fit_with_last_and_no_earlier_run_starts_from_scratch(tmp_path, monkeypatch):
+def test_untrained_evaluates_the_initial_model_when_asked(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.warns(UserWarning, match="there is no last checkpoint available"):
+    result = main(["test", "--config", QUICKSTART, *SMALL, "--trainer.logger", "false", "--ckpt_path", "untrained"])
+    assert result.trainer.ckpt_path is None and "test/ap" in result.trainer.callback_metrics
+
+
+def test_fit_with_last_and_no_earlier_run_starts_from_scratch(tmp_path, monkeypatch, caplog):
+    import logging
+
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.INFO):
         result = main(["fit", "--config", QUICKSTART, *SMALL, "--trainer.max_steps", "2", "--ckpt_path", "last"])
     assert result.trainer.global_step == 2
+    assert any("no earlier run of this config" in r.getMessage() for r in caplog.records)
 
 
 def test_predict_writes_index_and_score_next_to_the_logs(trained, monkeypatch):
@@ -160,8 +179,7 @@ def test_predict_writes_where_it_is_told(trained, tmp_path, monkeypatch):
     folder, _ = trained
     monkeypatch.chdir(folder)
     out = tmp_path / "out" / "scores.csv"
-    main(["predict", "--config", QUICKSTART, *SMALL, "--ckpt_path", "best", "--prediction_writer.path", str(out),
-          "--trainer.logger", "false"])
+    main(["predict", "--config", QUICKSTART, *SMALL, "--ckpt_path", "best", "--prediction_writer.path", str(out)])
     assert out.read_text().splitlines()[0] == "index,score"
 
 
