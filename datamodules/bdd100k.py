@@ -64,6 +64,7 @@ from fccolit.datasets.splits import stratified_split
 from fccolit.datasets.transforms import ClipImageTransform
 from fccolit.io.bdd100k import ATTRIBUTE_VALUES, ATTRIBUTES, LABEL_FILES, read_bdd100k_attributes
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
+from fccolit.io.paths import is_data_file
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
 from fccolit.samplers.uniform import UniformBatchSampler
@@ -202,7 +203,7 @@ class BDD100KDataModule(FCCODataModule):
         order = ("2020", "2018") if version == "auto" else (version,)
         for v in order:
             files = [self.root / f for f in LABEL_FILES[v]]
-            if all(f.is_file() for f in files):
+            if all(is_data_file(f) for f in files):
                 self.labels_version = v
                 return files
         wanted = " or ".join(f"{self.root / LABEL_FILES[v][0]} + {Path(LABEL_FILES[v][1]).name}" for v in order)

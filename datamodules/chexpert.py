@@ -67,6 +67,7 @@ from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
 from fccolit.io.chexpert import (
     COMPETITION_LABELS, OBSERVATIONS, apply_uncertainty, read_chexpert_csv, strip_release_prefix,
 )
+from fccolit.io.paths import data_file_problem, is_data_file
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes, tasks_per_batch_for
 
@@ -170,8 +171,8 @@ class CheXpertDataModule(FCCODataModule):
     @staticmethod
     def _find_data_dir(root: Path) -> Path:
         for folder in (root, root / "CheXpert-v1.0-small", root / "CheXpert-v1.0"):
-            if (folder / "train.csv").is_file():
-                if not (folder / "valid.csv").is_file():
+            if is_data_file(folder / "train.csv"):
+                if not is_data_file(folder / "valid.csv"):
                     raise FileNotFoundError(f"CheXpert file not found: {folder / 'valid.csv'} (the test split; it ships with train.csv)")
                 return folder
         raise FileNotFoundError(
@@ -256,7 +257,13 @@ class CheXpertDataModule(FCCODataModule):
         origin = RowOrigin(str(self.data_dir / csv_name), lines)
         dataset = ImageFileDataset(self.data_dir, rel, fields, load, IMAGENET_MEAN, IMAGENET_STD, origin)
         if self.verify_images:
-            missing = [i for i in range(len(dataset)) if not dataset.path(i).is_file()]
+            missing = []
+            for i in range(len(dataset)):
+                problem = data_file_problem(dataset.path(i))
+                if problem is not None:
+                    raise ValueError(f"image {dataset.path(i)} (listed in {origin(i)}) {problem}: replace it with the image")
+                if not dataset.path(i).is_file():
+                    missing.append(i)
             if missing:
                 i = missing[0]
                 raise FileNotFoundError(f"{len(missing)} image(s) of the {split} split not found, e.g. {dataset.path(i)} (listed in {origin(i)})")

@@ -74,6 +74,7 @@ from fccolit.datasets.images import ImageArrayDataset
 from fccolit.datasets.splits import stratified_split
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
 from fccolit.io.cifar import CIFAR_SPECS, read_cifar_batch, read_cifar_names
+from fccolit.io.paths import is_data_file
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.samplers.uniform import UniformBatchSampler
 
@@ -216,7 +217,7 @@ class CIFARLTDataModule(FCCODataModule):
     def _find_folder(root: Path, spec: dict[str, Any], download: bool) -> Path:
         names = (*spec["train"], *spec["test"], spec["meta"])
         for folder in (root / spec["folder"], root):
-            if all((folder / n).is_file() for n in names):
+            if all(is_data_file(folder / n) for n in names):
                 return folder
         if download:
             import torchvision.datasets as tvd
@@ -225,11 +226,11 @@ class CIFARLTDataModule(FCCODataModule):
             cls(str(root), train=True, download=True)  # downloads (or verifies) the archive and extracts it
             return CIFARLTDataModule._find_folder(root, spec, download=False)
         folder = root / spec["folder"]
-        missing = [str(folder / n) for n in names if not (folder / n).is_file()]
+        missing = [str(folder / n) for n in names if not is_data_file(folder / n)]
         archive = root / spec["archive"]
         hint = (
             f"The archive {archive} is there but not extracted: extract it, or pass download=True (torchvision checks "
-            "and extracts it)." if archive.is_file() else
+            "and extracts it)." if is_data_file(archive) else
             f"Pass download=True to fetch {spec['archive']} with torchvision's downloader, or download it from "
             f"{CIFAR_URL} and extract it into {root}."
         )

@@ -45,6 +45,7 @@ from fccolit.io.fairness import (
     ADULT_CATEGORICAL, ADULT_CONTINUOUS, ADULT_URL, COMPAS_CATEGORICAL, COMPAS_CONTINUOUS, COMPAS_URL, Table,
     missing_file_error, parse_adult, parse_compas,
 )
+from fccolit.io.paths import is_data_file
 
 from fccolit.datamodules.grouped import GroupedDataModule
 
@@ -132,11 +133,11 @@ class FairnessDataModule(GroupedDataModule):
         if dataset == "adult":
             self.files = [self.root / "adult.data", self.root / "adult.test"]
             for f in self.files:
-                if not f.is_file():
+                if not is_data_file(f):
                     raise missing_file_error(f, "UCI Adult", ADULT_URL)
         else:
             self.files = [self.root / "compas-scores-two-years.csv"]
-            if not self.files[0].is_file():
+            if not is_data_file(self.files[0]):
                 raise missing_file_error(self.files[0], "ProPublica COMPAS", COMPAS_URL)
         options = {
             "reader": f"fairness-{dataset}",

@@ -24,6 +24,7 @@ from fccolit.data import SparseRows, binary_fields, binary_sizes
 from fccolit.io.cache import CACHE_DIRNAME, cache_key, cached_arrays, default_cache_dir
 from fccolit.io.csr import take_rows
 from fccolit.io.libsvm import STORAGE_DTYPE, LibSVMFile, dense_size_error, parse_libsvm
+from fccolit.io.paths import is_data_file
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 
 from fccolit.datamodules.base import FCCODataModule
@@ -59,7 +60,7 @@ def _test_file(root: Path, name: str) -> Path | None:
     for suffix in _COMPRESSED:
         if name.endswith(suffix):
             candidates.append(root / f"{name[: -len(suffix)]}.t{suffix}")
-    return next((c for c in candidates if c.is_file()), None)
+    return next((c for c in candidates if is_data_file(c)), None)
 
 
 def _missing_file_error(root: Path, name: str) -> FileNotFoundError:
@@ -163,7 +164,7 @@ class LibSVMDataModule(FCCODataModule):
         super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
         self.root, self.name = Path(root), str(name)
         self.train_file = self.root / self.name
-        if not self.train_file.is_file():
+        if not is_data_file(self.train_file):
             raise _missing_file_error(self.root, self.name)
         self.test_file = _test_file(self.root, self.name)
         held_out = 0.0 if self.test_file is not None else test_fraction

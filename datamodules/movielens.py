@@ -43,6 +43,7 @@ import numpy as np
 
 from fccolit.io.cache import CACHE_DIRNAME
 from fccolit.io.ratings import MOVIELENS_FORMATS, Ratings, read_movielens_ratings
+from fccolit.io.paths import is_data_file
 
 from fccolit.datamodules.ranking import RecommendationDataModule
 
@@ -113,14 +114,14 @@ def detect_movielens(root: str | os.PathLike) -> tuple[str, Path]:
     found: list[tuple[str, Path]] = []
     own = _release_of_folder(root.name)
     for name in _FILES:
-        if (root / name).is_file():
+        if is_data_file(root / name):
             guess = own if own and MOVIELENS_RELEASES[own][1] == name else ("ml-100k" if name == "u.data" else name)
             found.append((guess, root / name))
     for version, (folder, name) in MOVIELENS_RELEASES.items():
-        if (root / folder / name).is_file():
+        if is_data_file(root / folder / name):
             found.append((version, root / folder / name))
     if not found:
-        zips = [v for v in MOVIELENS_RELEASES if (root / f"{v}.zip").is_file()]
+        zips = [v for v in MOVIELENS_RELEASES if is_data_file(root / f"{v}.zip")]
         if len(zips) == 1:
             return zips[0], root / f"{zips[0]}.zip"
         raise FileNotFoundError(
@@ -309,9 +310,9 @@ class MovieLensDataModule(RecommendationDataModule):
             raise ValueError(f"unknown MovieLens release {version!r}; known: {sorted(MOVIELENS_RELEASES)}")
         folder, name = MOVIELENS_RELEASES[version]
         for candidate in (root / folder / name, root / name):
-            if candidate.is_file():
+            if is_data_file(candidate):
                 return version, candidate
-        if (root / f"{version}.zip").is_file():
+        if is_data_file(root / f"{version}.zip"):
             return version, _extract(root / f"{version}.zip", root, version)
         if download:
             return version, download_movielens(root, version)

@@ -49,6 +49,7 @@ import numpy as np
 from fccolit.datasets.letor import ListEvalDataset, ListwiseTrainDataset, ltr_pair_arrays
 from fccolit.io.cache import CACHE_DIRNAME
 from fccolit.io.letor import LetorFile, group_by_query, parse_letor, read_lightgbm_ranking
+from fccolit.io.paths import is_data_file
 
 from fccolit.datamodules.ranking import RankingDataModule
 
@@ -81,15 +82,15 @@ def detect_letor_layout(
         ("lightgbm", root, {"train": "rank.train", "val": "rank.vali", "test": "rank.test"}, True),
     ]
     for layout, folder, names, grouped in candidates:
-        if not (folder / names["train"]).is_file():
+        if not is_data_file(folder / names["train"]):
             continue
         files: dict[str, tuple[Path, Path | None]] = {}
         for split, name in names.items():
             path = folder / name
             alternative = folder / "valid.txt"
-            if split == "val" and layout in ("flat", "fold") and not path.is_file() and alternative.is_file():
+            if split == "val" and layout in ("flat", "fold") and not is_data_file(path) and is_data_file(alternative):
                 path = alternative
-            if path.is_file():
+            if is_data_file(path):
                 files[split] = (path, path.with_name(path.name + ".query") if grouped else None)
         if "test" not in files:
             raise FileNotFoundError(
@@ -247,7 +248,7 @@ class MSLRDataModule(RankingDataModule):
     def _read(self, split: str) -> LetorFile:
         path, query = self.files[split]
         if self.layout == "lightgbm":
-            if query is None or not query.is_file():
+            if query is None or not is_data_file(query):
                 raise FileNotFoundError(f"{path} needs its group sizes in {query} (LightGBM's ranking layout)")
             return read_lightgbm_ranking(path, query, num_features=self._num_features)
         return parse_letor(path, num_features=self._num_features)

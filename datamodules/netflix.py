@@ -32,6 +32,7 @@ import numpy as np
 
 from fccolit.io.cache import CACHE_DIRNAME
 from fccolit.io.ratings import NETFLIX_SCALE, Ratings, read_netflix_probe, read_netflix_ratings
+from fccolit.io.paths import is_data_file
 
 from fccolit.datamodules.ranking import RecommendationDataModule
 
@@ -57,7 +58,7 @@ def find_netflix_files(root: str | os.PathLike) -> tuple[list[Path], Path | None
         files = combined or movies
         if files:
             probe = folder / "probe.txt"
-            return files, probe if probe.is_file() else None
+            return files, probe if is_data_file(probe) else None
     if root.is_dir():
         present = sorted(p.name for p in root.iterdir() if p.name != CACHE_DIRNAME)
         listing = f"Files in {root}: {', '.join(present[:30]) or '(none)'}."

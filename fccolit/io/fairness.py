@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 
 from fccolit.io.libsvm import fits_storage
+from fccolit.io.paths import is_data_file
 
 __all__ = [
     "ADULT_CATEGORICAL", "ADULT_COLUMNS", "ADULT_CONTINUOUS", "ADULT_URL", "COMPAS_CATEGORICAL", "COMPAS_COLUMNS",
@@ -95,7 +96,7 @@ def parse_adult(path: str | os.PathLike, missing: Literal["keep", "drop"] = "kee
     """Read ``adult.data`` or ``adult.test``: skips ``|`` comment lines and empty lines, strips the test labels'
     period. Continuous fields are checked to be numbers; ``?`` is kept as a category or drops the row."""
     path = Path(path)
-    if not path.is_file():
+    if not is_data_file(path):
         raise missing_file_error(path, "UCI Adult", ADULT_URL)
     columns: dict[str, list[str]] = {c: [] for c in ADULT_COLUMNS[:-1]}
     y, group, lines = [], [], []
@@ -133,7 +134,7 @@ def parse_adult(path: str | os.PathLike, missing: Literal["keep", "drop"] = "kee
 def parse_compas(path: str | os.PathLike, propublica_filter: bool = True) -> Table:
     """Read ``compas-scores-two-years.csv`` (columns found by name, first occurrence of a repeated name)."""
     path = Path(path)
-    if not path.is_file():
+    if not is_data_file(path):
         raise missing_file_error(path, "ProPublica COMPAS", COMPAS_URL)
     needed = COMPAS_CONTINUOUS + COMPAS_CATEGORICAL + ("two_year_recid",) + (COMPAS_FILTER_COLUMNS if propublica_filter else ())
     columns: dict[str, list[str]] = {c: [] for c in COMPAS_CONTINUOUS + COMPAS_CATEGORICAL}

@@ -46,6 +46,7 @@ import numpy as np
 from fccolit.io.libsvm import MAX_INDEX, allocate_dense, fits_storage, parse_chunk, parse_libsvm
 from fccolit.io import text
 from fccolit.io.text import line_chunks, line_ranges, shorten
+from fccolit.io.paths import is_data_file
 
 __all__ = ["LetorFile", "parse_letor", "read_lightgbm_ranking", "read_query_sizes", "group_by_query"]
 
@@ -165,7 +166,7 @@ def _parse_pieces(path: Path):
 
 
 def _parse(path: Path, num_features: int | None, with_qid: bool, _force_slow: bool = False) -> LetorFile:
-    if not path.is_file():
+    if not is_data_file(path):
         raise FileNotFoundError(f"learning-to-rank file not found: {path}")
     if num_features is not None and int(num_features) < 1:
         raise ValueError(f"num_features must be positive or None, got {num_features}")
@@ -251,7 +252,7 @@ def read_query_sizes(path: str | os.PathLike) -> np.ndarray:
         ValueError: naming the file and line of a value that is not a positive integer.
     """
     path = Path(path)
-    if not path.is_file():
+    if not is_data_file(path):
         raise FileNotFoundError(f"LightGBM query (group size) file not found: {path}")
     sizes = []
     with open(path, "rb") as f:

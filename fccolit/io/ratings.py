@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from fccolit.io.text import lf_line_ends, line_chunks, shorten
+from fccolit.io.paths import is_data_file
 
 __all__ = [
     "MOVIELENS_FORMATS",
@@ -222,7 +223,7 @@ def read_movielens_ratings(
     fmt = fmt or path.name
     if fmt not in MOVIELENS_FORMATS:
         raise ValueError(f"{path}: unknown MovieLens ratings format {fmt!r}; expected one of {list(MOVIELENS_FORMATS)}")
-    if not path.is_file():
+    if not is_data_file(path):
         raise FileNotFoundError(f"MovieLens ratings file not found: {path}")
     sep, header = MOVIELENS_FORMATS[fmt]
     start, header_lines = 0, 0
@@ -391,7 +392,7 @@ def _read_netflix_blocks(
     parts = []
     for path in paths:
         path = Path(path)
-        if not path.is_file():
+        if not is_data_file(path):
             raise FileNotFoundError(f"Netflix Prize file not found: {path}")
         movie = None  # every file starts with a header
         for chunk, line0 in line_chunks(path, "parsing"):
