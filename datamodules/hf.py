@@ -14,8 +14,12 @@ Four DataModules map a table's columns onto the batch fields the algorithms read
   :class:`~fccolit.samplers.ranking.QueryBatchSampler` over users, MovieLens' protocols).
 
 Caching is ``datasets``' own: a file is converted once into an Arrow table in ``cache_dir`` (default: ``datasets``'
-cache, ``~/.cache/huggingface/datasets`` or ``$HF_DATASETS_CACHE``), keyed by its fingerprint, and memory-mapped on
-every later load; splits are index selections of that table (no copy). The classification and grouped DataModules
+cache, ``~/.cache/huggingface/datasets`` or ``$HF_DATASETS_CACHE``) and memory-mapped on every later load, in a
+folder keyed by the SHA-256 of the data files' whole content (``datasets`` alone keys a file by its path and
+modification time, and served the old rows after an edit that kept both; :mod:`fccolit.io.hf`); splits are index
+selections of that table (no copy). Every file is checked when read (empty, header-only or damaged files) and every
+input column (NaN, infinite or missing values, lists of other lengths, relevance grades outside 0..24), each error
+naming the file, the row and the column. The classification and grouped DataModules
 read the input columns a batch at a time from the memory-mapped table (:class:`~fccolit.datasets.hf.ArrowRowsDataset`);
 only the labels, groups and row indices are held in memory. The ranking DataModules read their columns into memory
 (their samplers index whole query lists).
@@ -51,6 +55,7 @@ from fccolit.datamodules.ranking import RankingDataModule, RecommendationDataMod
 __all__ = ["HFClassificationDataModule", "HFGroupedDataModule", "HFRankingDataModule", "HFRecommendationDataModule"]
 
 _SPLITS = ("train", "val", "test")
+
 
 
 # ------------------------------------------------------------------------------------------- classification
@@ -128,8 +133,8 @@ class HFClassificationDataModule(FCCODataModule):
         self.num_positives, self.tasks_per_batch = num_positives, tasks_per_batch
         self.augment, self.image_mean, self.image_std = augment, tuple(image_mean), tuple(image_std)
         labels = as_list(label)
-        tables, where = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
-                                    labels + self.features + as_list(image))
+        tables, where, origins = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
+                                    labels + self.features + as_list(image), finite=self.features, same_length=labels)
         self.multilabel = len(labels) > 1 or column(tables["train"].select(range(1)), labels[0]).ndim == 2
         self.label_columns = labels
 
@@ -241,8 +246,8 @@ class HFGroupedDataModule(GroupedDataModule):
             stratify_by_cell=stratify_by_cell,
         )
         self.features = as_list(features)
-        tables, where = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
-                                    [label, group, *self.features])
+        tables, where, origins = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
+                                    [label, group, *self.features], finite=self.features)
         raw = {s: column(t, label) for s, t in tables.items() if t is not None}
         y, self.label_values = binary_labels(raw, positive_label, f"{where}, column {label!r}")
         groups = {s: column(t, group) for s, t in tables.items() if t is not None}
@@ -325,8 +330,8 @@ class HFRankingDataModule(RankingDataModule):
             raise ValueError(f"slate_length must be positive, got {slate_length}")
         self.slate_length, self.empty_queries_policy = int(slate_length), empty_queries
         self.features = as_list(features)
-        tables, where = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
-                                    [query, relevance, *self.features])
+        tables, where, origins = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
+                                    [query, relevance, *self.features], finite=self.features, grades=relevance)
         queries = {s: column(t, query) for s, t in tables.items() if t is not None}
         distinct, units = np.unique(queries["train"], return_inverse=True)  # whole queries are held out
         self.tables, positions = hold_out(tables, np.zeros(distinct.size, np.int64), val_fraction, test_fraction,
@@ -335,10 +340,7 @@ class HFRankingDataModule(RankingDataModule):
         self.lists = {}
         for split in _SPLITS:
             table = self.tables[split]
-            rel = column(table, relevance).astype(np.float32)
-            if rel.size and (not np.isfinite(rel).all() or rel.min() < 0):
-                raise ValueError(f"{where}, column {relevance!r}: relevance labels must be finite and >= 0 "
-                                 f"({split} split: min {rel.min()}, max {rel.max()})")
+            rel = column(table, relevance).astype(np.float32)  # grades 0..MAX_RELEVANCE (read_tables checked)
             order, indptr, qids = group_by_query(queries[split])
             x = np.concatenate([column(table, c).reshape(len(table), -1) for c in self.features], axis=1)
             self.lists[split] = {"features": np.ascontiguousarray(x[order], dtype=np.float32),
@@ -405,8 +407,8 @@ class HFRecommendationDataModule(RecommendationDataModule):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        tables, where = read_tables(dataset, config_name, cache_dir, split, None, None,
-                                    [user, item, rating, *as_list(time)])
+        tables, where, origins = read_tables(dataset, config_name, cache_dir, split, None, None,
+                                    [user, item, rating, *as_list(time)], finite=[rating, *as_list(time)])
         table = tables["train"]
         self._user_values, users = np.unique(column(table, user), return_inverse=True)
         self._item_values, items = np.unique(column(table, item), return_inverse=True)

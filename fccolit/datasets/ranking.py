@@ -64,7 +64,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["OTHERS_STREAM", "POSITIVES_STREAM", "SHUFFLE_STREAM", "as_tensor", "batch_keys", "check_ids"]
+__all__ = ["MAX_RELEVANCE", "OTHERS_STREAM", "POSITIVES_STREAM", "SHUFFLE_STREAM", "as_tensor", "batch_keys", "check_ids"]
+
+#: The largest relevance grade a learning-to-rank table may hold (grades are integers 0..MAX_RELEVANCE). The gain
+#: 2^y − 1 is computed in float32 (metrics and objectives), whose 24-bit significand holds 2^y − 1 exactly up to
+#: y = 24 (16,777,215); from y = 25 on neighbouring gains round together, and from y = 128 on 2^y overflows to inf
+#: and every NDCG, gradient and state of the query becomes NaN. Real grades are 0–4 (MSLR, Yahoo!) or 0–2 (LETOR
+#: 4.0), so a larger one is almost always a wrong column (a score, an id, a click count).
+MAX_RELEVANCE = 24
 
 #: streams of :func:`~fccolit.samplers.ranking.batch_uniforms`: relevant items, other items, the shuffle of a slate
 POSITIVES_STREAM, OTHERS_STREAM, SHUFFLE_STREAM = 0, 1, 2

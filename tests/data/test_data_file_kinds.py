@@ -13,10 +13,11 @@ import pytest
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 from fccolit.datamodules import (  # noqa: E402
-    FairnessDataModule, LibSVMDataModule, MovieLensDataModule, MSLRDataModule,
+    FairnessDataModule, HFClassificationDataModule, LibSVMDataModule, MovieLensDataModule, MSLRDataModule,
 )
 from fccolit.io.paths import data_file_problem, is_data_file  # noqa: E402
 from fccolit.testing import write_adult_files, write_libsvm, write_movielens_csv, write_mslr_fold  # noqa: E402
+from fccolit.testing.hf import write_binary_parquet  # noqa: E402
 
 
 def _libsvm(root: Path, tmp_path: Path):
@@ -39,7 +40,13 @@ def _adult(root: Path, tmp_path: Path):
     return root / "adult.test", lambda: FairnessDataModule(root, cache_dir=tmp_path / "cache")
 
 
-@pytest.mark.parametrize("make", [_libsvm, _movielens, _mslr, _adult], ids=lambda f: f.__name__.strip("_"))
+def _hf(root: Path, tmp_path: Path):
+    write_binary_parquet(root / "train.parquet", num_rows=100)
+    return root / "table.parquet", lambda: HFClassificationDataModule(root / "table.parquet", label="label",
+                                                                       features="features", cache_dir=tmp_path / "hf")
+
+
+@pytest.mark.parametrize("make", [_libsvm, _movielens, _mslr, _adult, _hf], ids=lambda f: f.__name__.strip("_"))
 @pytest.mark.parametrize("fault", ["loop", "dev_zero"])
 def test_a_link_loop_or_a_device_is_named_for_what_it_is(tmp_path, make, fault):
     root = tmp_path / "data"

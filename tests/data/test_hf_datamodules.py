@@ -334,7 +334,8 @@ def test_bad_input_names_the_source_the_split_and_the_column(tmp_path, binary_fi
         load_hf_dataset("no-such-user/no-such-set", cache_dir=tmp_path / "hf")
     with pytest.raises(ValueError, match=r"either features= \(columns\) or image="):
         HFClassificationDataModule(three, label="y")
-    with pytest.raises(ValueError, match=r"column 'rel': relevance labels must be finite and >= 0"):
+    with pytest.raises(ValueError, match=r"row 1, column 'rel': relevance -1\.0 is not a grade; relevance labels must be "
+                                         r"finite and >= 0 integers up to 24"):
         HFRankingDataModule(datasets.Dataset.from_dict({"q": [1, 1, 2, 2], "x": [0.0] * 4, "rel": [1.0, -1.0, 0, 1]}),
                             query="q", features="x", relevance="rel", val_fraction=0.0, test_fraction=0.0,
                             test_split="train")
