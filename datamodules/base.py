@@ -7,6 +7,7 @@ import inspect
 import re
 from typing import Any
 
+import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
@@ -46,10 +47,26 @@ class ResumableDataLoader(DataLoader):
         """Nothing to restore: :meth:`FCCODataModule.load_state_dict` restores the training sampler."""
 
 
+class DataError(ValueError):
+    """Data that cannot serve the run as configured, found when a DataModule is set up (e.g. an evaluation split
+    without positives). The ``fccolit`` command reports it as one line, exit status 2, like a configuration error
+    (``fccolit_configuration_error``), before any step."""
+
+    fccolit_configuration_error = True
+
+
+def _labels(dataset: Dataset | None) -> torch.Tensor | None:
+    """The ``y`` field of a dataset holding its rows' fields (``fields``: :class:`TensorDictDataset`, the image and
+    Arrow datasets), or None."""
+    fields = getattr(dataset, "fields", None)
+    labels = fields.get("y") if isinstance(fields, dict) else None
+    return labels if torch.is_tensor(labels) else None
+
+
 def _binary_positives(dataset: Dataset) -> int | None:
-    """The number of positive labels of a :class:`TensorDictDataset` whose ``y`` is one column of 0 / 1 labels
+    """The number of positive labels of a dataset (:func:`_labels`) whose ``y`` is one column of 0 / 1 labels
     (None for any other dataset or labels)."""
-    labels = dataset.fields.get("y") if isinstance(dataset, TensorDictDataset) else None
+    labels = _labels(dataset)
     if labels is None or labels.dim() != 1 or labels.numel() == 0 or labels.is_floating_point() or int(labels.max()) > 1:
         return None
     return int((labels > 0).sum())
@@ -94,6 +111,21 @@ class FCCODataModule(LightningDataModule):
             self.cache_uses: list[CacheUse] = uses
 
         cls.__init__ = checked_init
+        setup = cls.__dict__.get("setup")
+        if setup is not None:
+
+            @functools.wraps(setup)
+            def checked_setup(self: FCCODataModule, stage: str | None = None) -> None:
+                depth = self.__dict__.get("_setup_depth", 0)  # a subclass's setup calling its parent's: check once
+                self._setup_depth = depth + 1
+                try:
+                    setup(self, stage)
+                finally:
+                    self._setup_depth = depth
+                if depth == 0 and getattr(self, "trainer", None) is not None:  # a run, not a look at the data
+                    self.check_evaluation_labels(stage)
+
+            cls.setup = checked_setup
 
     def __init__(self, num_workers: int = 0, eval_batch_size: int = 1024) -> None:
         check_batch_sizes(type(self).__name__, {"eval_batch_size": eval_batch_size})
@@ -127,6 +159,56 @@ class FCCODataModule(LightningDataModule):
             splits.append(text)
         cache = "; ".join(use.describe() for use in self.cache_uses) or "no cache"
         return f"{type(self).__name__}: {', '.join(splits) or 'not set up'}; {cache}"
+
+    # ------------------------------------------------------------------ checks at set-up
+    def split_source(self, split: str) -> str | None:
+        """The file (or files) that the rows of ``split`` come from, for error messages, e.g. ``"/data/a9a.t"`` or
+        ``"held out of /data/a9a"``; None when the DataModule has no files (generated data). Subclasses with files
+        override it."""
+        return None
+
+    def check_evaluation_labels(self, stage: str | None = None) -> None:
+        """Raise :class:`DataError` when an evaluation split that ``stage`` evaluates has binary labels (a ``y``
+        field of 0 / 1 labels beside ``pos_index``) of one class only, or multi-label labels (``y`` ``[N, T]`` of
+        1 / 0 / −1) with no task holding both classes: AP is undefined without positives and AUROC / pAUC without
+        negatives too, so the run would otherwise stop at its first validation (or test), after training. The
+        message names the split, its file (:meth:`split_source`) and what to change. Called after every
+        subclass's ``setup`` when a Trainer sets the DataModule up (not when ``setup`` is called by hand to look
+        at the data): ``fit`` and ``validate``: the validation split, unless the trainer runs no validation
+        batch; ``test``: the test split; None: both; ``predict``: none."""
+        splits = {"fit": ("val",), "validate": ("val",), "test": ("test",), None: ("val", "test")}.get(stage, ())
+        trainer = getattr(self, "trainer", None)
+        if stage == "fit" and trainer is not None and not getattr(trainer, "limit_val_batches", 1):
+            splits = ()
+        for split in splits:
+            dataset = getattr(self, f"{split}_dataset", None)
+            labels = _labels(dataset)
+            fields = getattr(dataset, "fields", {})
+            if labels is None or labels.numel() == 0 or labels.is_floating_point():
+                continue
+            if labels.dim() == 1 and "pos_index" in fields:
+                positives = int((labels == 1).sum())
+                negatives = int((labels == 0).sum())
+                if positives and negatives:
+                    continue
+                missing = "positive" if not positives else "negative"
+                needs = "AP, AUROC and pAUC need positives" if not positives else "AUROC and pAUC need negatives"
+                counts = f"{positives:,} positives, {negatives:,} negatives"
+            elif labels.dim() == 2 and int(labels.max()) <= 1 and int(labels.min()) >= -1:
+                both = ((labels == 1).any(0) & (labels == 0).any(0))
+                if bool(both.any()):
+                    continue
+                missing, needs = "task with both classes", "each task's AP, AUROC and pAUC need both"
+                counts = f"{labels.shape[1]} tasks, {int((labels == 1).sum()):,} positive labels"
+            else:
+                continue
+            source = self.split_source(split)
+            origin = f" ({source})" if source else ""
+            raise DataError(
+                f"{type(self).__name__}: the {split} split{origin} has no {missing} among its {labels.shape[0]:,} rows "
+                f"({counts}), so its metrics are undefined ({needs}); give the {split} split rows of both classes "
+                "(e.g. a larger val_fraction / test_fraction, another seed, or another file)"
+            )
 
     # ------------------------------------------------------------------ to implement
     def build_train_sampler(self) -> RankAwareBatchSampler:

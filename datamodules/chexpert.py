@@ -269,6 +269,12 @@ class CheXpertDataModule(FCCODataModule):
                 raise FileNotFoundError(f"{len(missing)} image(s) of the {split} split not found, e.g. {dataset.path(i)} (listed in {origin(i)})")
         return dataset
 
+    def split_source(self, split: str) -> str | None:
+        """``valid.csv`` (the test split), or ``train.csv`` (the validation split: patients held out of it)."""
+        if split == "test":
+            return str(self.data_dir / "valid.csv")
+        return str(self.data_dir / "train.csv") if split == "train" else f"patients held out of {self.data_dir / 'train.csv'}"
+
     def setup(self, stage: str | None = None) -> None:
         self.train_dataset = self._dataset("train")
         self.val_dataset = self._dataset("val")

@@ -211,6 +211,13 @@ class FairnessDataModule(GroupedDataModule):
             arrays[f"line_{split}"] = table.lines[rows]
         return arrays
 
+    def split_source(self, split: str) -> str | None:
+        """``adult.data`` (``adult.test`` for the test split) or the COMPAS CSV; the validation split (and COMPAS'
+        test split) held out of it."""
+        if split == "train" or (split == "test" and len(self.files) > 1):
+            return str(self.files[0] if split == "train" else self.files[1])
+        return f"held out of {self.files[0]}"
+
     def setup(self, stage: str | None = None) -> None:
         if not self._splits:
             for s in _SPLITS:

@@ -57,6 +57,11 @@ __all__ = ["HFClassificationDataModule", "HFGroupedDataModule", "HFRankingDataMo
 _SPLITS = ("train", "val", "test")
 
 
+def split_sources(origins: dict[str, str]) -> dict[str, str]:
+    """Each split's source for error messages: its own (``origins`` of :func:`~fccolit.io.hf.read_tables`), or
+    "held out of" the training split's."""
+    return {s: origins.get(s) or f"held out of {origins['train']}" for s in _SPLITS}
+
 
 # ------------------------------------------------------------------------------------------- classification
 class HFClassificationDataModule(FCCODataModule):
@@ -145,9 +150,14 @@ class HFClassificationDataModule(FCCODataModule):
             raw = {s: column(t, labels[0]) for s, t in tables.items() if t is not None}
             read, self.label_values = binary_labels(raw, positive_label, f"{where}, column {labels[0]!r}")
             strata = read["train"].numpy()
+        self._sources = split_sources(origins)
         self.tables, positions = hold_out(tables, strata, val_fraction, test_fraction, seed)
         self.labels = select_rows(read, positions)
         self.sizes = self._sizes()
+
+    def split_source(self, split: str) -> str | None:
+        """The split's file, or the file it was held out of."""
+        return self._sources[split]
 
     def _label_matrix(self, table: Any) -> torch.Tensor:
         """``[N, T]`` long: 1, 0, or −1 (any other value or a null inside a list column: unlabeled)."""
@@ -258,6 +268,7 @@ class HFGroupedDataModule(GroupedDataModule):
                 raise ValueError(f"{where}, column {group!r}: the {split} split has groups {unknown[:5].tolist()} "
                                  "that the training split does not have")
         codes = {s: torch.from_numpy(np.searchsorted(self.group_values, v).astype(np.int64)) for s, v in groups.items()}
+        self._sources = split_sources(origins)
         self.tables, positions = hold_out(tables, (2 * codes["train"] + y["train"]).numpy(), val_fraction,
                                           test_fraction, seed)
         y, codes = select_rows(y, positions), select_rows(codes, positions)
@@ -268,6 +279,10 @@ class HFGroupedDataModule(GroupedDataModule):
             "num_negatives": train_y.numel() - int(train_y.sum()),
             "num_features": feature_width(self.tables["train"], self.features), "num_groups": len(self.group_values),
         }
+
+    def split_source(self, split: str) -> str | None:
+        """The split's file, or the file it was held out of."""
+        return self._sources[split]
 
     def setup(self, stage: str | None = None) -> None:
         self.train_dataset, self.val_dataset, self.test_dataset = (

@@ -398,6 +398,14 @@ class LibSVMDataModule(FCCODataModule):
             x = torch.from_numpy(np.array(x, dtype=np.float32))  # a writable copy of the memory-mapped array
         return binary_fields(x, torch.from_numpy(np.asarray(self._arrays[f"y_{split}"], dtype=np.int64)))
 
+    def split_source(self, split: str) -> str | None:
+        """The training file, the ``.t`` test file, or the training file a split was held out of."""
+        if split == "train":
+            return str(self.train_file)
+        if split == "test" and self.test_file is not None:
+            return str(self.test_file)
+        return f"held out of {self.train_file}"
+
     def prepare_data(self) -> None:
         """Nothing left to do: the cache entry was written (or found) in ``__init__``."""
 
