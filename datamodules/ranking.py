@@ -127,7 +127,9 @@ class RecommendationDataModule(RankingDataModule):
     (paper: "1000 sampled unrated items"; the paper code uses 10 positives and 300 negatives).
 
     Sizes (:attr:`sizes`, also attributes): ``num_users``, ``num_items``, ``num_queries`` (= ``num_users``),
-    ``num_pairs`` (relevant training (user, item) pairs: the rows of SONG's state), and ``top_k`` when set.
+    ``num_pairs`` (relevant training (user, item) pairs: the rows of SONG's state), ``top_k`` when set, and
+    ``eval_negatives`` when evaluation ranks sampled candidates (absent: full ranking over all items), so that a
+    model builds only the metrics its evaluation batches feed.
 
     Subclasses (:class:`~fccolit.datamodules.movielens.MovieLensDataModule`,
     :class:`~fccolit.datamodules.netflix.NetflixDataModule`) take their own file arguments and forward every other
@@ -252,6 +254,9 @@ class RecommendationDataModule(RankingDataModule):
                 "num_items": int(a["item_raw"].shape[0]),
                 "num_queries": num_users,
                 "num_pairs": int(a["pos_items"].shape[0]),
+                # sampled-candidate evaluation (LibAUC's protocol): says so to the model, which then builds the
+                # metrics of candidate lists only (SONG's full-ranking NDCG reads batches these splits do not have)
+                **({"eval_negatives": int(self.eval_negatives)} if self.eval_negatives else {}),
             }
         )
         self.num_ratings = {s: int(a[f"{s}_items"].shape[0]) for s in ("train", "val", "test")}

@@ -121,14 +121,15 @@ class RankingSOX(SOX):
     # ------------------------------------------------------------------ evaluation
     def build_metrics(self) -> EvaluationMetrics:
         """NDCG@k of candidate lists (``relevance``, ``mask``) counting an empty query as ``empty_query_ndcg`` says,
-        and, with recommendation ``data_sizes`` (``num_users``), one :class:`~fccolit.metrics.FullRankingNDCG` for
-        the full-ranking batches (``heldout_items``), logged under the same names (one ``topk`` serves every
-        cut-off). Each batch feeds the metrics that read its fields."""
+        and, with recommendation ``data_sizes`` (``num_users``) evaluated by full ranking (no ``eval_negatives``:
+        sampled candidates are lists, for the NDCG@k above), one :class:`~fccolit.metrics.FullRankingNDCG` for the
+        full-ranking batches (``heldout_items``), logged under the same names (one ``topk`` serves every cut-off).
+        Each batch feeds the metrics that read its fields."""
         metrics = super().build_metrics()
         for _, metric in metrics.named_metrics():
             if isinstance(metric, NDCG):
                 metric.empty = self.empty_query_ndcg
-        if "num_users" in self.data_sizes and self.metric_names:
+        if "num_users" in self.data_sizes and not self.data_sizes.get("eval_negatives") and self.metric_names:
             cutoffs = [_ndcg_cutoff(n, int(self.data_sizes["num_items"])) for n in self.metric_names]
             metrics.add("full_ranking_ndcg", FullRankingNDCG(cutoffs, empty=self.empty_query_ndcg, names=self.metric_names))
         return metrics
