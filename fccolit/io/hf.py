@@ -94,7 +94,9 @@ def _load(source: Any, config_name: str | None, cache_dir: str | os.PathLike | N
             else:
                 loaded = datasets.load_dataset(str(path), cache_dir=str(cache))
         except Exception as error:  # datasets' own report names no file and runs over several lines
-            raise ValueError(f"{path}: datasets could not read it ({_root_cause(error)})") from error
+            kind = f"{builder.upper()} data" if builder is not None else "a folder of data files"
+            raise ValueError(f"{path}: datasets could not read it as {kind} ({_root_cause(error)}); check the file "
+                             "(or write it again)") from error
         for split, table in loaded.items():
             if len(table) == 0:
                 names = ", ".join(str(f) for f in files.get(str(split), [])) or str(path)

@@ -212,6 +212,15 @@ def test_a_junk_parquet_file_in_a_folder_is_named(tmp_path):
         _binary(folder, tmp_path / "hf")
 
 
+def test_a_damaged_arrow_or_json_file_is_named(tmp_path):
+    (tmp_path / "table.arrow").write_bytes(np.random.default_rng(1).bytes(3000))
+    with pytest.raises(ValueError, match=r"table\.arrow: datasets could not read it as ARROW data \(ArrowInvalid: "):
+        _binary(tmp_path / "table.arrow", tmp_path / "hf")
+    (tmp_path / "rows.jsonl").write_text('{"features": [1.0], "label": 1}\n{"features": \n')
+    with pytest.raises(ValueError, match=r"rows\.jsonl: datasets could not read it as JSON data \("):
+        _binary(tmp_path / "rows.jsonl", tmp_path / "hf")
+
+
 def test_a_ragged_list_column_names_the_file_row_and_column(tmp_path):
     path = tmp_path / "ragged.parquet"
     features = [np.ones(4, np.float32)] * 30
