@@ -314,9 +314,14 @@ def check_columns(
     One vectorized pass per column (Arrow compute, no copy of the table)."""
     from fccolit.datasets.ranking import MAX_RELEVANCE
 
+    import pyarrow as pa
+
     widths: dict[str, int] = {}
     train = tables["train"]
     for name in dict.fromkeys([*finite, *same_length]):
+        kind = train.data.column(name).type
+        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+            continue  # scalars, or fixed-size lists: one length by their type
         first = column(train.select(range(min(len(train), 1))), name)
         if first.ndim == 2:
             widths[name] = int(first.shape[1])
