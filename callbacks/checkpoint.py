@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import copy
+from typing import Any, Iterator
 
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -31,6 +33,10 @@ class RunCheckpoint(ModelCheckpoint):
     Every one of these is a state the trainer resumes exactly from (the loop's progress, the sampler's position in the
     epoch, the per-index state and the optimizer agree). Without validation (``limit_val_batches: 0``) the top-k files
     are chosen at the end of each training epoch, as Lightning does.
+
+    A resumed run writes to its own folder and continues the interrupted run's selection: the best score and the
+    top-k files it recorded carry over (Lightning forgets them when the folder changes), so ``best`` stays the best of
+    the whole trajectory, and files in an earlier run's folder are never removed.
     """
 
     #: the global step of the newest last.ckpt this run wrote
@@ -82,8 +88,41 @@ class RunCheckpoint(ModelCheckpoint):
         batches = trainer.num_val_batches
         if (sum(batches) if isinstance(batches, list) else batches) == 0:  # no validation: top-k by a training metric
             self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
-        self.write_last(trainer)
+        with _as_the_next_epochs_start(trainer):
+            self.write_last(trainer)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._saving(trainer) and self._last_state_step != trainer.global_step:
             self.write_last(trainer)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the selection (best score, best and k-th best paths, the top-k files) from a checkpoint written in
+        any folder; ``last_model_path`` only when it was written in this one."""
+        if state_dict.get("dirpath", self.dirpath) == self.dirpath:
+            self.last_model_path = state_dict.get("last_model_path", self.last_model_path)
+        self.best_model_score = state_dict["best_model_score"]
+        self.best_model_path = state_dict["best_model_path"]
+        self.kth_best_model_path = state_dict.get("kth_best_model_path", self.kth_best_model_path)
+        self.kth_value = state_dict.get("kth_value", self.kth_value)
+        self.best_k_models = state_dict.get("best_k_models", self.best_k_models)
+
+
+@contextlib.contextmanager
+def _as_the_next_epochs_start(trainer: Trainer) -> Iterator[None]:
+    """While a checkpoint is written at the end of a finished epoch (after every ``on_train_epoch_end`` hook), the
+    loop's progress reads as the start of the next epoch: the epoch counted as completed (the fit loop counts it right
+    after these hooks) and the batch counter of the epoch reset (the epoch loop resets it when the next epoch starts).
+
+    Saved as Lightning leaves it, the checkpoint resumes wrongly in step-based training (``max_steps``): Lightning
+    re-enters the finished epoch and takes one batch too many (from the next epoch's data); a checkpoint written at the
+    epoch's last batch instead skips the epoch-end hooks (the epoch's training objective, an epoch-interval scheduler)."""
+    epochs = trainer.fit_loop.epoch_progress
+    batches = trainer.fit_loop.epoch_loop.batch_progress
+    saved_epochs, saved_batches = copy.deepcopy(epochs.state_dict()), copy.deepcopy(batches.state_dict())
+    epochs.increment_completed()
+    batches.reset_on_run()
+    try:
+        yield
+    finally:
+        epochs.load_state_dict(saved_epochs)
+        batches.load_state_dict(saved_batches)

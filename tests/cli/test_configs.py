@@ -162,7 +162,9 @@ def test_config_fits_and_tests_on_generated_data(config, tmp_path, monkeypatch):
         warmup = next(c for c in result.trainer.callbacks if type(c).__name__ == "WarmUp")
         assert warmup.switched  # the warm-up epoch ran, then the config's own algorithm
     EXTRA_CHECKS.get(name_of(config), lambda result: None)(result)
-    tested = main(smoke_args("test", [path], tmp_path, *overrides, run=run))
+    # fast_dev_run writes no checkpoint: the test path of the config runs on the model as built (the scenario suite,
+    # test_scenarios.py, tests trained checkpoints with --ckpt_path last / best)
+    tested = main(smoke_args("test", [path], tmp_path, *overrides, "--ckpt_path", "untrained", run=run))
     assert {f"test/{m}" for m in tested.model.metric_names} <= set(tested.trainer.callback_metrics)
 
 
