@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.utilities import rank_zero_info
 
 #: the file name used when no path is given, in the logger's version folder (next to its ``config.yaml``)
 DEFAULT_FILENAME = "predictions.csv"
@@ -55,6 +56,11 @@ class PredictionWriter(BasePredictionWriter):
 
     def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.written_to = self.output_path(trainer)
+        if self.written_to.is_dir():  # found before any batch is scored, not when the finished file is renamed
+            raise ValueError(
+                f"--prediction_writer.path {self.written_to} is a folder: give a file name, e.g. "
+                f"{self.written_to / DEFAULT_FILENAME}"
+            )
         self.written_to.parent.mkdir(parents=True, exist_ok=True)
         # rows go to a side file, renamed into place when prediction ends: a crash leaves no half-written CSV
         self._file = open(self._partial_path(), "w", newline="")
@@ -80,7 +86,12 @@ class PredictionWriter(BasePredictionWriter):
 
     def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._close():
-            os.replace(self._partial_path(), self.written_to)
+            try:
+                os.replace(self._partial_path(), self.written_to)
+            except OSError:
+                self._partial_path().unlink(missing_ok=True)
+                raise
+            rank_zero_info(f"predictions: {self.written_to}")
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         if self._close():

@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 
-from fccolit.data import TensorDictDataset, identity_collate
+from fccolit.data import TensorDictDataset, data_fingerprint, identity_collate
 from fccolit.io.cache import CacheUse, recording_cache_uses
 from fccolit.samplers import RankAwareBatchSampler, SequentialShardSampler
 
@@ -239,7 +240,8 @@ class FCCODataModule(LightningDataModule):
         if self._train_sampler is None:
             self._train_sampler = self.build_train_sampler()
         if self._sampler_state is not None:
-            self._train_sampler.load_state_dict(self._sampler_state)
+            self._check_resumed_stream(self._sampler_state)
+            self._train_sampler.load_state_dict(self._sampler_state["train_sampler"])
             self._sampler_state = None
         return self._loader(self.train_dataset, self._train_sampler, "training", ResumableDataLoader)
 
@@ -257,11 +259,43 @@ class FCCODataModule(LightningDataModule):
         return self._eval_loader(self.test_dataset, "predict")
 
     # ------------------------------------------------------------------ checkpointing of the stream position
+    def train_fingerprint(self) -> str:
+        """The training split's content hash (:func:`~fccolit.data.data_fingerprint`), computed once per setup."""
+        if getattr(self, "_fingerprint", None) is None or self._fingerprint[0] is not self.train_dataset:
+            self._fingerprint = (self.train_dataset, data_fingerprint(self.train_dataset))
+        return self._fingerprint[1]
+
     def state_dict(self) -> dict[str, Any]:
+        """The training stream's position (the sampler's epoch and the batches of it consumed), the global batch size
+        and the training data's fingerprint, which a resumed run compares with its own."""
         if self._train_sampler is None or self.trainer is None:
             return {}
         consumed = self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
-        return {"train_sampler": self._train_sampler.state_dict(batches_consumed=consumed)}
+        return {"train_sampler": self._train_sampler.state_dict(batches_consumed=consumed),
+                "global_batch_size": int(self._train_sampler.global_batch_size()),
+                "train_fingerprint": self.train_fingerprint()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._sampler_state = state_dict.get("train_sampler")
+        self._sampler_state = state_dict if state_dict.get("train_sampler") else None
+
+    def _check_resumed_stream(self, state: dict[str, Any]) -> None:
+        """Warn when the run resumes on training data whose content differs from the checkpoint's run (the per-index
+        state's rows pair with the data by position) or with another global batch size (the stream's position counts
+        batches)."""
+        name = type(self).__name__
+        saved = state.get("train_fingerprint")
+        if saved is not None and saved != self.train_fingerprint():
+            rank_zero_warn(
+                f"{name}: resuming on training data that differs from the checkpoint's run (its content fingerprint "
+                f"was {saved}, now {self.train_fingerprint()}): rows of the same size in another order or with other "
+                "values; the per-index state restored from the checkpoint now pairs its rows with other examples. "
+                "Resume on the data the run started with, or start a new run"
+            )
+        size, now = state.get("global_batch_size"), int(self._train_sampler.global_batch_size())
+        if size is not None and int(size) != now:
+            position = state["train_sampler"]
+            rank_zero_warn(
+                f"{name}: resuming with global batches of {now} rows where the checkpoint's run drew {size}: the "
+                f"stream resumes after batch {position['batches_consumed']} of epoch {position['epoch']} counted in "
+                "batches of the new size, so the rest of the run is not the one the interrupted run would have had"
+            )

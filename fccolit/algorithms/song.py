@@ -52,9 +52,10 @@ def score_lists(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tenso
         return model(batch["features"], batch.get("mask"))
     if "items" in batch:
         return model(batch["query"], batch["items"])
-    raise KeyError(
-        f"a ranking batch needs 'features' [B, L, F] (learning to rank) or 'query' [B] and 'items' [B, L] "
-        f"(recommendation); this batch has {sorted(batch)}"
+    raise ValueError(
+        f"{type(model).__name__} scores ranking batches, which hold 'features' [B, L, F] (learning to rank) or 'query' "
+        f"[B] and 'items' [B, L] (recommendation); this batch has {sorted(batch)}: train a ranking algorithm (SONG, "
+        "K-SONG, SOLC) on a ranking DataModule, or a classification one (SOX, SOAP, ...) on this data"
     )
 
 
