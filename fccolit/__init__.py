@@ -8,23 +8,46 @@ The main classes are importable from the top level, as in torchmetrics::
 Subpackages: :mod:`fccolit.algorithms` (the LightningModules, one per paper's method), :mod:`fccolit.objectives`
 (the problems), :mod:`fccolit.state` (the per-index state), :mod:`fccolit.metrics`, :mod:`fccolit.optim`,
 :mod:`fccolit.samplers`, :mod:`fccolit.datamodules`, :mod:`fccolit.callbacks`, :mod:`fccolit.models`.
+
+The top-level names are imported on first use (PEP 562), so ``import fccolit`` (and ``fccolit --version``,
+``python -m fccolit.resources``) does not import torch and Lightning.
 """
 
+from __future__ import annotations
+
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 try:
     __version__ = version("fccolit")
 except PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
-from fccolit.algorithms import *  # noqa: E402,F401,F403
-from fccolit.algorithms import __all__ as _algorithms  # noqa: E402
-from fccolit.metrics import *  # noqa: E402,F401,F403
-from fccolit.metrics import __all__ as _metrics  # noqa: E402
-from fccolit.objectives import *  # noqa: E402,F401,F403
-from fccolit.objectives import __all__ as _objectives  # noqa: E402
-from fccolit.optim import AdaptiveMomentum, Momentum  # noqa: E402
-from fccolit.state import IndexedState, StateUpdate  # noqa: E402
+#: the subpackages whose ``__all__`` the top level re-exports, and single names from others
+_EXPORTING = ("fccolit.algorithms", "fccolit.objectives", "fccolit.metrics")
+_SINGLE = {"IndexedState": "fccolit.state", "StateUpdate": "fccolit.state", "Momentum": "fccolit.optim",
+           "AdaptiveMomentum": "fccolit.optim"}
 
-__all__ = ["__version__", "IndexedState", "StateUpdate", "Momentum", "AdaptiveMomentum",
-           *_algorithms, *_objectives, *_metrics]
+
+def _exported() -> dict[str, str]:
+    names = dict(_SINGLE)
+    for module in _EXPORTING:
+        for name in importlib.import_module(module).__all__:
+            names.setdefault(name, module)
+    return names
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__all__":
+        return ["__version__", *_exported()]
+    module = _SINGLE.get(name) or (_exported().get(name) if not name.startswith("_") else None)
+    if module is None:
+        raise AttributeError(f"module 'fccolit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_exported()})

@@ -1,5 +1,5 @@
-"""``python -m fccolit``: the ``fccolit`` command (see :mod:`fccolit.cli`)."""
+"""``python -m fccolit``: the ``fccolit`` command (see :mod:`fccolit.console` and :mod:`fccolit.cli`)."""
 
-from fccolit.cli import console
+from fccolit.console import main
 
-console()
+main()

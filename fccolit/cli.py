@@ -37,6 +37,7 @@ import difflib
 import importlib
 import importlib.metadata
 import inspect
+import logging
 import os
 import re
 import signal
@@ -56,6 +57,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from fccolit.algorithms import FCCOModule
 from fccolit.callbacks.prediction_writer import PredictionWriter
+from fccolit.callbacks.summary import ProgressLines
 from fccolit.checkpoints import (
     ConfigurationError,
     RunLayout,
@@ -308,6 +310,8 @@ class RunChecks(Callback):
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         data = trainer.datamodule
+        if stage == "fit":
+            rank_zero_info(module_summary(pl_module))
         if isinstance(data, FCCODataModule):
             rank_zero_info(data.summary())
             if data.val_is_test and stage in ("fit", "validate"):
@@ -534,11 +538,61 @@ class FCCOLitCLI(LightningCLI):
                     "skips the rest of it): use fccolit.callbacks.RunCheckpoint (the same arguments), whose last.ckpt "
                     "is always the newest state and resumes exactly"
                 )
-        return super()._instantiate_trainer(config, [*callbacks, RunChecks(ckpt_path)])
+        extra: list[Callback] = [RunChecks(ckpt_path)]
+        if config.get("enable_progress_bar") is None and not sys.stdout.isatty():
+            config["enable_progress_bar"] = False  # a bar's frames in a log file: a line per validation instead
+            extra.append(ProgressLines())
+        return super()._instantiate_trainer(config, [*callbacks, *extra])
+
+
+# ------------------------------------------------------------------------------------- quiet output
+#: Lightning's start-up lines that give a user nothing to act on: a CPU run is told that no GPU or TPU is there (a GPU
+#: that is there and unused still gets Lightning's warning), and advertisements
+QUIET_INFO = ("GPU available:", "TPU available:", "HPU available:", "💡 Tip:")
+#: warnings that give a user nothing to act on, each with why
+QUIET_WARNINGS = (
+    # Lightning 2.6 calls an API that torch 2.14 deprecates, once per run
+    r".*isinstance\(treespec, LeafSpec\).*",
+    # fccolit's evaluation sampler returns every index exactly once by construction (SequentialShardSampler)
+    r"You are using a custom batch sampler `SequentialShardSampler` for prediction",
+    # on small data: fccolit's modules log the step values by global step, across epoch boundaries, and the epoch values
+    # at every epoch's end, so nothing goes unlogged
+    r"The number of training batches \(\d+\) is smaller than the logging interval",
+)
+
+
+class _QuietInfo(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(QUIET_INFO)
+
+
+def quiet_output() -> None:
+    """Leave out :data:`QUIET_INFO` and :data:`QUIET_WARNINGS` (idempotent)."""
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _QuietInfo) for f in logger.filters):
+        logger.addFilter(_QuietInfo())
+    for pattern in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+def module_summary(module: LightningModule) -> str:
+    """One line saying what trains: the algorithm, its model's trainable parameters and each per-index state's size,
+    e.g. ``SOX: MLP, 3,521 trainable parameters; state: 593 rows × 2``. It replaces Lightning's model-summary table
+    (whose FLOPs column reads 0 without an example input)."""
+    from fccolit.state import IndexedState
+
+    model = getattr(module, "model", None)
+    trainable = sum(p.numel() for p in module.parameters() if p.requires_grad)
+    text = f"{type(module).__name__}: {type(model).__name__ + ', ' if model is not None else ''}{trainable:,} trainable parameters"
+    states = [(name, m) for name, m in module.named_modules() if isinstance(m, IndexedState)]
+    if states:
+        text += "; per-index state: " + ", ".join(f"{name} {m.num_rows:,} rows × {m.dim}" for name, m in states)
+    return text
 
 
 def main(args: ArgsType = None, run: bool = True) -> FCCOLitCLI:
     """Entry point of the ``fccolit`` command; ``args`` lets tests call it in-process."""
+    quiet_output()
     # Importing the packages registers their classes, so configs may use short class names too.
     import fccolit.callbacks  # noqa: F401
     import fccolit.models  # noqa: F401
@@ -562,7 +616,7 @@ def main(args: ArgsType = None, run: bool = True) -> FCCOLitCLI:
         save_config_kwargs={"overwrite": True},
         parser_class=FCCOArgumentParser,
         parser_kwargs={"description": DESCRIPTION, "version": importlib.metadata.version("fccolit")},
-        trainer_defaults={"use_distributed_sampler": False},
+        trainer_defaults={"use_distributed_sampler": False, "enable_model_summary": False},
         args=args,
         run=run,
     )
@@ -582,8 +636,6 @@ def console() -> None:
     command line, or ``FCCOLIT_TRACEBACK=1``); 143 (128 + SIGTERM) when a SIGTERM stopped the run, after
     :class:`~fccolit.callbacks.RunCheckpoint` wrote ``last.ckpt``, so ``fccolit fit ... && fccolit test ...`` does not
     go on to test an unfinished run."""
-    # Lightning 2.6 calls an API that torch 2.14 deprecates, once per run: noise for a user, nothing to act on
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     if "--traceback" in sys.argv[1:]:
         sys.argv.remove("--traceback")
         os.environ[TRACEBACK_VARIABLE] = "1"

@@ -5,6 +5,7 @@ warning when validation runs on the test split; and what every config promises f
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,6 +44,22 @@ def test_help_has_a_description_and_version(monkeypatch, capsys):
     assert code == 0 and "X-risks" in out and "--ckpt_path last" in out
     code, out, _ = run_console(monkeypatch, capsys, "--version")
     assert code == 0 and out.startswith("fccolit ")
+
+
+@pytest.mark.parametrize("command", [["-m", "fccolit", "--version"], ["-m", "fccolit.resources"]])
+def test_version_and_the_config_list_start_without_torch(command, tmp_path):
+    """``fccolit --version`` and ``python -m fccolit.resources`` import neither torch nor Lightning (they took 10-12 s
+    when they did); the command's own entry point is the one ``python -m fccolit`` runs."""
+    probe = ("import runpy, sys, time; start = time.perf_counter(); sys.argv = [sys.argv[0], *sys.argv[1:]]; "
+             f"runpy.run_module({command[1]!r}, run_name='__main__', alter_sys=True); "
+             "print('heavy:', sorted(m for m in ('torch', 'lightning', 'jsonargparse') if m in sys.modules), "
+             "round(time.perf_counter() - start, 3))")
+    proc = subprocess.run([sys.executable, "-c", probe, *command[2:]], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    heavy = proc.stdout.strip().splitlines()[-1]
+    assert heavy.startswith("heavy: [] "), heavy
+    assert float(heavy.split()[-1]) < 1.0  # measured 0.03 s on a 2-core machine
 
 
 def test_class_help_lists_fccolit_models_not_every_torch_module(monkeypatch, capsys):
