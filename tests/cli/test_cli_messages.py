@@ -5,6 +5,7 @@ warning when validation runs on the test split; and what every config promises f
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,26 @@ def test_every_config_checkpoints_its_selection_metric_in_each_runs_folder(confi
     assert spec["trainer"]["logger"]["init_args"]["default_hp_metric"] is False
     header = [line for line in config.read_text().splitlines() if line.startswith("#")]
     assert not any("--ckpt_path" in line and "CKPT" in line for line in header)
+
+
+def test_a_run_prints_what_a_user_can_act_on_and_nothing_else(tmp_path, monkeypatch, capsys, caplog, recwarn):
+    """Lightning's GPU/TPU/advertisement lines, the FLOPs-0 model table, warnings with nothing to act on (small data's
+    log interval, the prediction sampler) are left out; outside a terminal a progress line per validation replaces the
+    bar's carriage-return frames, and the metrics table comes last."""
+    monkeypatch.chdir(tmp_path)
+    small = ["--config", QUICKSTART, "--data.init_args.num_samples", "1500"]  # 14 batches: under log_every_n_steps
+    with caplog.at_level(logging.INFO):
+        code, out, err = run_console(monkeypatch, capsys, "fit", *small, "--trainer.max_epochs", "2")
+        assert code == 0, err[-3000:]
+        code, pout, perr = run_console(monkeypatch, capsys, "predict", *small, "--ckpt_path", "last")
+        assert code == 0, perr[-3000:]
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    text = out + err + pout + perr + logged
+    for noise in ("GPU available", "TPU available", "💡", "FLOPs", "\r"):
+        assert noise not in text, noise
+    assert not [str(w.message) for w in recwarn if issubclass(w.category, UserWarning)]
+    assert "SOX: MLP, 3,457 trainable parameters; per-index state: state 46 rows × 2" in logged
+    lines = re.findall(r"^epoch (\d), step (\d+)/(\d+) \((\d+)%\), [\d.]+ s: .*val/ap [\d.]+", out, re.M)
+    assert [(e, p) for e, _, _, p in lines] == [("0", "50"), ("1", "100")]
+    assert out.rindex("epoch 1, step") < out.index("metric ") and out.rstrip().splitlines()[-1].startswith("TensorBoard")
+    assert "predictions: lightning_logs/quickstart/version_0/predict/predictions.csv" in logged
