@@ -20,16 +20,20 @@ class PredictionWriter(BasePredictionWriter):
     """Write every predicted score to a CSV file as the batches come (nothing is kept in memory). The rows go to
     ``<file>.partial``, renamed to the file when prediction ends (removed if it fails), so the file is always whole.
 
-    The rows depend on the batch (the DataModule's ``predict_dataloader``, its test split):
+    The rows depend on the batch (the DataModule's ``predict_dataloader``: its ``predict_split``, the test split):
 
     * one score per example, a batch with an ``index`` field (classification): ``index,score`` with the example's
-      row in its split; scores ``[B, T]`` (one per task) give ``index,score_0,...,score_<T-1>``;
+      row in its split; scores ``[B, T]`` (one per task) give ``index,score_0,...,score_<T-1>``. When the split has
+      binary or multi-label labels (``y`` of the scores' shape), ``probability`` (σ of the score, a logit) and
+      ``label`` follow (``probability_<t>``, ``label_<t>`` per task; ``label`` −1 marks a missing label); with
+      multi-class labels, ``label`` (the class);
     * a list of items per query, a batch with a ``query`` field and scores ``[Q, L]`` (ranking): ``query,item,score``,
       one row per real entry (the batch's ``mask``); ``item`` is the batch's ``items`` id where it has one
       (recommendation candidates) and otherwise the entry's position in the query's list (learning to rank: the
       documents' order in the file); without a ``mask`` (full ranking over all items) every item of every query.
 
-    Scores are the module's evaluation scores (``predict_step``), written with 9 significant digits.
+    Scores are the module's evaluation scores (``predict_step``), written with 9 significant digits. When the file is
+    complete, one line says where it is, how many rows of which split it holds and its columns.
 
     Args:
         path: the CSV file; None: ``predictions.csv`` in the logger's version folder
@@ -65,6 +69,7 @@ class PredictionWriter(BasePredictionWriter):
         # rows go to a side file, renamed into place when prediction ends: a crash leaves no half-written CSV
         self._file = open(self._partial_path(), "w", newline="")
         self._header = None
+        self._rows = 0
 
     def write_on_batch_end(
         self,
@@ -83,6 +88,7 @@ class PredictionWriter(BasePredictionWriter):
         elif header != self._header:
             raise ValueError(f"PredictionWriter: batch {batch_idx} gives columns {header!r}, earlier batches {self._header!r}")
         np.savetxt(self._file, rows, fmt=formats, delimiter=",")
+        self._rows += rows.shape[0]
 
     def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._close():
@@ -91,7 +97,9 @@ class PredictionWriter(BasePredictionWriter):
             except OSError:
                 self._partial_path().unlink(missing_ok=True)
                 raise
-            rank_zero_info(f"predictions: {self.written_to}")
+            split = getattr(getattr(trainer, "datamodule", None), "predict_split", None)
+            rank_zero_info(f"predictions: {self.written_to} ({self._rows:,} rows"
+                           f"{f' of the {split} split' if split else ''}; columns {self._header})")
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         if self._close():
@@ -122,9 +130,22 @@ def prediction_rows(scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> tup
     index = batch.get("index")
     if index is not None and scores.dim() in (1, 2) and scores.shape[0] == index.shape[0]:
         columns = scores.reshape(scores.shape[0], -1)
-        names = ["score"] if scores.dim() == 1 else [f"score_{t}" for t in range(columns.shape[1])]
-        rows = torch.cat([index.reshape(-1, 1).to("cpu", torch.float64), columns], 1)
-        return ",".join(["index", *names]), rows.numpy(), ["%d"] + [score_format] * len(names)
+        suffixes = [""] if scores.dim() == 1 else [f"_{t}" for t in range(columns.shape[1])]
+        parts, names, formats = [index.reshape(-1, 1).to("cpu", torch.float64)], ["index"], ["%d"]
+        parts.append(columns)
+        names += [f"score{s}" for s in suffixes]
+        formats += [score_format] * len(suffixes)
+        labels = batch.get("y")
+        if labels is not None and tuple(labels.shape) == tuple(scores.shape) and not labels.is_floating_point():
+            # binary or multi-label: the scores are logits, σ of which is the model's probability of the positive class
+            parts += [torch.sigmoid(columns), labels.reshape(columns.shape).to("cpu", torch.float64)]
+            names += [f"probability{s}" for s in suffixes] + [f"label{s}" for s in suffixes]
+            formats += [score_format] * len(suffixes) + ["%d"] * len(suffixes)
+        elif labels is not None and labels.reshape(-1).shape[0] == scores.shape[0] and scores.dim() == 2:
+            parts.append(labels.reshape(-1, 1).to("cpu", torch.float64))  # multi-class: the class of each example
+            names.append("label")
+            formats.append("%d")
+        return ",".join(names), torch.cat(parts, 1).numpy(), formats
     query = batch.get("query")
     if query is not None and scores.dim() == 2 and scores.shape[0] == query.shape[0]:
         items = batch.get("items")

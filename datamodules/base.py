@@ -88,6 +88,8 @@ class FCCODataModule(LightningDataModule):
     summary_unit = "rows"
     #: True when the data has no validation split and validates on the test split (the CLI warns when it does)
     val_is_test = False
+    #: the split that ``predict`` scores (``"test"``, ``"val"`` or ``"train"``)
+    predict_split = "test"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every subclass's constructor checks its batch-size arguments (:func:`check_batch_sizes`) first, and
@@ -256,7 +258,7 @@ class FCCODataModule(LightningDataModule):
         return self._eval_loader(self.test_dataset, "test")
 
     def predict_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.test_dataset, "predict")
+        return self._eval_loader(getattr(self, f"{self.predict_split}_dataset"), "predict")
 
     # ------------------------------------------------------------------ checkpointing of the stream position
     def train_fingerprint(self) -> str:

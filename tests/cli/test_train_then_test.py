@@ -163,7 +163,7 @@ def test_predict_writes_index_and_score_next_to_the_logs(trained, monkeypatch):
     with open(writer.written_to) as f:
         rows = list(csv.reader(f))
     data = predicted.datamodule
-    assert rows[0] == ["index", "score"] and len(rows) == 1 + len(data.test_dataset)
+    assert rows[0] == ["index", "score", "probability", "label"] and len(rows) == 1 + len(data.test_dataset)
     index = torch.tensor([int(r[0]) for r in rows[1:]])
     scores = torch.tensor([float(r[1]) for r in rows[1:]])
     assert torch.equal(index, torch.arange(len(data.test_dataset)))
@@ -173,6 +173,10 @@ def test_predict_writes_index_and_score_next_to_the_logs(trained, monkeypatch):
     with torch.no_grad():
         expected = model.eval()(batch).double()
     torch.testing.assert_close(scores.double(), expected, rtol=1e-8, atol=1e-8)  # 9 significant digits
+    labels = torch.tensor([int(r[3]) for r in rows[1:]])
+    assert torch.equal(labels, batch["y"])  # the split's labels beside the scores
+    torch.testing.assert_close(torch.tensor([float(r[2]) for r in rows[1:]], dtype=torch.float64),
+                               torch.sigmoid(expected), rtol=1e-8, atol=1e-8)
 
 
 def test_predict_writes_where_it_is_told(trained, tmp_path, monkeypatch):
@@ -180,7 +184,7 @@ def test_predict_writes_where_it_is_told(trained, tmp_path, monkeypatch):
     monkeypatch.chdir(folder)
     out = tmp_path / "out" / "scores.csv"
     main(["predict", "--config", QUICKSTART, *SMALL, "--ckpt_path", "best", "--prediction_writer.path", str(out)])
-    assert out.read_text().splitlines()[0] == "index,score"
+    assert out.read_text().splitlines()[0] == "index,score,probability,label"
 
 
 def test_tensorboard_hparams_hold_the_whole_config_and_the_monitored_metric(trained):
@@ -208,6 +212,15 @@ def test_prediction_rows_name_examples_tasks_and_listed_items():
 
     header, rows, _ = prediction_rows(torch.tensor([[0.5, 1.5], [2.0, 3.0]]), {"index": torch.tensor([7, 9])})
     assert header == "index,score_0,score_1" and rows.tolist() == [[7, 0.5, 1.5], [9, 2.0, 3.0]]
+    # with the split's labels: binary / multi-label get σ(score) and the label per task, multi-class the class
+    header, rows, _ = prediction_rows(torch.tensor([0.0, 2.0]), {"index": torch.tensor([7, 9]), "y": torch.tensor([0, 1])})
+    assert header == "index,score,probability,label"
+    np.testing.assert_allclose(rows, [[7, 0.0, 0.5, 0], [9, 2.0, 1 / (1 + np.exp(-2.0)), 1]], rtol=1e-12)
+    header, rows, _ = prediction_rows(torch.zeros(2, 2), {"index": torch.tensor([7, 9]), "y": torch.tensor([[1, -1], [0, 1]])})
+    assert header == "index,score_0,score_1,probability_0,probability_1,label_0,label_1"
+    assert rows[:, 5:].tolist() == [[1, -1], [0, 1]]
+    header, rows, _ = prediction_rows(torch.zeros(2, 3), {"index": torch.tensor([7, 9]), "y": torch.tensor([2, 0])})
+    assert header == "index,score_0,score_1,score_2,label" and rows[:, -1].tolist() == [2, 0]
     ranking = {"query": torch.tensor([3, 4]), "items": torch.tensor([[10, 11, 0], [12, 0, 0]]),
                "mask": torch.tensor([[True, True, False], [True, False, False]])}
     header, rows, _ = prediction_rows(torch.tensor([[0.1, 0.2, 9.0], [0.3, 9.0, 9.0]]), ranking)
