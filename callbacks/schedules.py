@@ -57,6 +57,9 @@ class HyperParameterSchedule(Callback):
         ema_weight: schedule the module's ``ema_weight`` (γ / β0).
     """
 
+    #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
+    cli_choice = False
+
     def __init__(self, lr: bool = True, momentum_weight: bool = True, ema_weight: bool = True) -> None:
         self.names = tuple(n for n, on in zip(SCHEDULED, (lr, momentum_weight, ema_weight)) if on)
         # initial values: {"lr": [[per group] per optimizer], "momentum_weight": [[...]], "ema_weight": float}

@@ -84,6 +84,9 @@ class FCCODataModule(LightningDataModule):
     checkpoint written mid-epoch continues with exactly the batches the interrupted run would have seen.
     """
 
+    #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
+    cli_choice = False
+
     #: what one row of a split is, in :meth:`summary` ("rows" of a table, "queries" of a ranking data set)
     summary_unit = "rows"
     #: True when the data has no validation split and validates on the test split (the CLI warns when it does)

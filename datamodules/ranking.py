@@ -44,6 +44,9 @@ class RankingDataModule(FCCODataModule):
             ``$FCCOLIT_CACHE_DIR`` or ``~/.cache/fccolit``: :func:`~fccolit.io.default_cache_dir`).
     """
 
+    #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
+    cli_choice = False
+
     summary_unit = "queries"
 
     def __init__(
@@ -159,6 +162,9 @@ class RecommendationDataModule(RankingDataModule):
         cache_dir: cache location (None: the user cache folder,
             ``$FCCOLIT_CACHE_DIR`` or ``~/.cache/fccolit``: :func:`~fccolit.io.default_cache_dir`).
     """
+
+    #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
+    cli_choice = False
 
     def __init__(
         self,

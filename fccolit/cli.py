@@ -174,21 +174,43 @@ def full_reports() -> bool:
 _BASES = {"model": FCCOModule, "data": FCCODataModule}
 
 
+def is_choice(path: str) -> bool:
+    """Whether the class at ``path`` is a choice to list (not a base marked ``cli_choice = False``, such as
+    :class:`~fccolit.algorithms.FCCOModule`); True for paths that do not import."""
+    cls = import_class(path)
+    return cls is None or vars(cls).get("cli_choice", True)
+
+
 def unknown_class_hint(message: str) -> str:
-    """A line for jsonargparse's error about a ``--model`` / ``--data`` value that names no class (``--model SOXX``):
-    the closest of fccolit's classes and the list ("" for other errors)."""
+    """A line for jsonargparse's error about a ``--model`` / ``--data`` value that names no class (``--model SOXX``,
+    ``--model fccolit.algorithms.SOXX``, ``--model mypkg.Missing``): the closest of fccolit's classes and the choices
+    ("" for other errors)."""
     key = re.search(r'Parser key "(model|data)"', message)
-    given = re.search(r"Given value: ([\w.]+)\s*$", message)
-    if not key or not given or "Expected a dot import path" not in message and "Import path" not in message:
+    given = (re.search(r"Given value: ([\w.]+)\s*$", message) or re.search(r"but ([\w.]+) either not accessible", message)
+             or re.search(r"class_path '([\w.]+)'", message))
+    unknown = ("Expected a dot import path", "Import path", "not accessible", "No module named", "has no attribute")
+    if not key or not given or not any(u in message for u in unknown):
         return ""
     from jsonargparse._typehints import get_all_subclass_paths  # the list jsonargparse itself accepts
 
-    paths = [p for p in get_all_subclass_paths(_BASES[key.group(1)]) if p.startswith("fccolit.")]
+    paths = [p for p in get_all_subclass_paths(_BASES[key.group(1)]) if p.startswith("fccolit.") and is_choice(p)]
     names = sorted({p.rsplit(".", 1)[-1] for p in paths})
     value = given.group(1)
     close = difflib.get_close_matches(value.rsplit(".", 1)[-1], names, n=1)
     guess = f" Did you mean '{close[0]}'?" if close else ""
     return f"\n--{key.group(1)} {value}: no such class.{guess} The choices: {', '.join(names)}."
+
+
+#: reStructuredText roles and literals in docstrings, as plain text in ``--help``: ``:class:`~a.b.C``` → ``C``,
+#: ``:func:`a.b``` → ``a.b``, ````x```` → ``x``
+_ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|obj|exc|ref):`~?([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain_text(text: str) -> str:
+    """A docstring fragment without reStructuredText markup (see :data:`_ROLE`)."""
+    text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1] if m.group(0).count("~") else m.group(1), text)
+    return _LITERAL.sub(r"\1", text)
 
 
 def one_line(message: str) -> str:
@@ -199,24 +221,31 @@ def one_line(message: str) -> str:
 
 
 class FCCOHelpFormatter(DefaultHelpFormatter):
-    """jsonargparse's help, with the "known subclasses" of a long list (every ``torch.nn.Module`` for a ``model``
-    option: over a thousand lines) cut to fccolit's own classes (its models, when the list has any); any other
-    class is still accepted by its class path."""
+    """jsonargparse's help as plain text (no reStructuredText markup from the docstrings: :func:`plain_text`), with
+    the "known subclasses" of a class option cut to the choices (bases marked ``cli_choice = False`` left out) and a
+    long list (every ``torch.nn.Module`` for a ``model`` option: over a thousand lines) cut to fccolit's own classes
+    (its models, when the list has any); any other class is still accepted by its class path."""
 
     max_listed = 20
 
     def _get_help_string(self, action: Any) -> str:
-        text = super()._get_help_string(action)
+        text = plain_text(super()._get_help_string(action))
         found = re.search(r", known subclasses: ([^()]*)\)$", text)
         if not found:
             return text
-        paths = [p.strip() for p in found.group(1).split(",")]
+        paths = [p.strip() for p in found.group(1).split(",") if is_choice(p.strip())]
         if len(paths) <= self.max_listed:
-            return text
+            return text[: found.start()] + ", known subclasses: " + ", ".join(paths) + ")"
         own = [p for p in paths if p.startswith("fccolit.models.")] or [p for p in paths if p.startswith("fccolit.")]
         others = len(paths) - len(own)
         listing = ", ".join(own) + f" (and {others} other classes: any subclass by its class path)"
         return text[: found.start()] + ", fccolit's subclasses: " + listing + ")"
+
+    def start_section(self, heading: str | None) -> None:
+        super().start_section(plain_text(heading) if heading else heading)
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain_text(text))
 
 
 class FCCOArgumentParser(LightningArgumentParser):

@@ -161,6 +161,9 @@ class FCCOModule(LightningModule):
             loggers only; about 0.05 s per figure on a 2-core CPU: ``benchmarks/results/metrics_compare.md``).
     """
 
+    #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
+    cli_choice = False
+
     input_key = "x"
     default_metrics: tuple[str, ...] = ()  # used when there is no objective to ask
     training_estimate_name = "train/objective"  # what log_objective_estimate logs (and its "_epoch" mean)

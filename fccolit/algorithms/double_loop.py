@@ -122,6 +122,9 @@ class ProximalStep(torch.optim.Optimizer):
         nu: ν > 0, the weight of the proximal term; ``math.inf`` for none.
     """
 
+    #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
+    cli_choice = False
+
     def __init__(
         self, params: Iterable[nn.Parameter], anchors: Callable[[], Sequence[torch.Tensor]], lr: float, nu: float
     ) -> None:

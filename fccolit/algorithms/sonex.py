@@ -82,6 +82,9 @@ class NonsmoothFCCOModule(FCCOModule):
               rows) the sum is scaled by the world size, so DDP's average over ranks is the same estimator.
     """
 
+    #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
+    cli_choice = False
+
     def __init__(
         self,
         model: nn.Module,

@@ -93,6 +93,9 @@ class SOXFamily(FCCOModule):
     is accepted.
     """
 
+    #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
+    cli_choice = False
+
     #: the choices this class fixes (a subset of :data:`SOX_CHOICES`)
     defining: ClassVar[dict[str, Any]] = {}
 

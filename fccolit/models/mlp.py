@@ -22,6 +22,9 @@ class SizedModel(nn.Module):
     data agrees and otherwise names both numbers.
     """
 
+    #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
+    cli_choice = False
+
     size_key = "num_features"
 
     def __init__(self, in_features: int | None) -> None:

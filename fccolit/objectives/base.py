@@ -65,6 +65,9 @@ class FCCOObjective(nn.Module):
             ``batch_fields``), each position's score for its task, and inner sets restricted to one task.
     """
 
+    #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
+    cli_choice = False
+
     inner_dim: ClassVar[int] = 1
     task: ClassVar[str] = "binary"
     state_rows: ClassVar[str] = "num_samples"

@@ -166,6 +166,9 @@ class RankingObjective(FCCOObjective):
         inner_estimator: ``"list_mean"`` or ``"stratified"`` (module docstring).
     """
 
+    #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
+    cli_choice = False
+
     inner_dim: ClassVar[int] = 1
     task: ClassVar[str] = "ranking"
     state_rows: ClassVar[str] = "num_pairs"

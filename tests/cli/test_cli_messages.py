@@ -5,6 +5,7 @@ warning when validation runs on the test split; and what every config promises f
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -71,12 +72,39 @@ def test_class_help_lists_fccolit_models_not_every_torch_module(monkeypatch, cap
     assert "other classes: any subclass by its class path" in " ".join(out.split())
 
 
-def test_a_wrong_class_name_is_one_line_with_the_closest_name(monkeypatch, capsys):
-    code, _, err = run_console(monkeypatch, capsys, "fit", "--config", QUICKSTART, "--model", "SOXX")
+def test_class_help_is_plain_text_and_lists_choices_not_bases(monkeypatch, capsys):
+    code, out, _ = run_console(monkeypatch, capsys, "fit", "--model.help", "SOX")
+    assert code == 0
+    for markup in ("``", ":class:", ":func:", ":meth:"):
+        assert markup not in out, markup
+    assert "(u^{t−1} in ∇f" in " ".join(out.split())  # the text itself stays
+    code, out, _ = run_console(monkeypatch, capsys, "fit", "--help")
+    listed = " ".join(out.split())
+    assert "fccolit.SOX" in listed or "fccolit.algorithms.SOX" in listed
+    for base in ("FCCOModule,", "SOXFamily", "SBCDLoop", "NonsmoothFCCOModule", "ProximalStep"):
+        assert base not in listed, base
+
+
+@pytest.mark.parametrize("given", ["SOXX", "fccolit.algorithms.SOXX", "mypackage.SOXX"])
+def test_a_wrong_class_name_is_one_line_with_the_closest_name(given, monkeypatch, capsys):
+    code, _, err = run_console(monkeypatch, capsys, "fit", "--config", QUICKSTART, "--model", given)
     assert code == 2
     line = error_line(err)
-    assert line.startswith("--model SOXX: no such class. Did you mean 'SOX'? The choices: ") and "SONG" in line
+    assert line.startswith(f"--model {given}: no such class. Did you mean 'SOX'? The choices: ") and "SONG" in line
+    assert "FCCOModule" not in line and "SOXFamily" not in line
     assert "usage:" not in err and "Given value" not in err
+
+
+def test_a_class_in_a_module_of_the_working_folder_is_found_as_python_m_finds_it(tmp_path):
+    (tmp_path / "my_algorithms.py").write_text(
+        'from fccolit.algorithms import SOX\n\n\nclass MySOX(SOX):\n    """SOX under another name."""\n'
+    )
+    exe = Path(sys.executable).with_name("fccolit")
+    proc = subprocess.run([str(exe), "fit", "--config", QUICKSTART, "--model", "my_algorithms.MySOX",
+                           "--data.init_args.num_samples", "600", "--trainer.max_steps", "2"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "MySOX: MLP" in proc.stderr
 
 
 def test_a_missing_data_folder_is_one_line_and_the_traceback_is_behind_a_flag(tmp_path, monkeypatch, capsys):

@@ -218,6 +218,9 @@ class SBCDLoop(DoubleLoop, RankedRangeModule):
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`.
     """
 
+    #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
+    cli_choice = False
+
     loop_keys: tuple[str, ...] = ("grad_evals", "outer_step", "inner_step")
     #: an upper bound on T_k (None: the paper's unbounded ``C(k+1)^p``)
     max_inner_steps: int | None = None
