@@ -12,8 +12,10 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 
 class RunCheckpoint(ModelCheckpoint):
-    """Lightning's ``ModelCheckpoint`` (same arguments) with a ``last.ckpt`` that is the run's newest state at every
-    point where the run can stop, saved at a point from which ``--ckpt_path last`` continues bit for bit.
+    """Lightning's ``ModelCheckpoint`` (same arguments) with a ``last.ckpt`` that is always the run's newest state.
+
+    ``last.ckpt`` is the run's newest state at every point where the run can stop, saved at a point from which
+    ``--ckpt_path last`` continues bit for bit.
 
     Lightning 2.6's ModelCheckpoint writes ``last.ckpt`` only at a step where it also writes a top-k file, so with a
     monitored metric ``last.ckpt`` stays at the last improvement; and the state it writes when training stops at

@@ -133,9 +133,11 @@ def constraint_means(
 
 
 class ConstraintViolationLogger(Callback):
-    r"""Logs each constraint ``h_i ≤ 0`` of a :class:`~fccolit.objectives.constrained.ConstrainedObjective` on its
-    full data, the worst one, how many are violated, the KKT multipliers at the evaluated parameters and the
-    penalty's weight per constraint from the algorithm's tracked duals.
+    r"""Logs each constraint ``h_i ≤ 0`` of a constrained objective, its violations and the KKT multipliers.
+
+    For a :class:`~fccolit.objectives.constrained.ConstrainedObjective`: each constraint on its full data, the worst
+    one, how many are violated, the KKT multipliers at the evaluated parameters and the penalty's weight per
+    constraint from the algorithm's tracked duals.
 
     Every ``every_n_epochs`` epochs, for each stage in ``stages`` (``"val"``, ``"test"``: the evaluation data,
     piggy-backing on the evaluation loop with one extra no-grad forward per batch; ``"train"``: one pass over the

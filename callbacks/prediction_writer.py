@@ -17,8 +17,10 @@ DEFAULT_FILENAME = "predictions.csv"
 
 
 class PredictionWriter(BasePredictionWriter):
-    """Write every predicted score to a CSV file as the batches come (nothing is kept in memory). The rows go to
-    ``<file>.partial``, renamed to the file when prediction ends (removed if it fails), so the file is always whole.
+    """Write every predicted score to a CSV file as the batches come (nothing is kept in memory).
+
+    The rows go to ``<file>.partial``, renamed to the file when prediction ends (removed if it fails), so the file
+    is always whole.
 
     The rows depend on the batch (the DataModule's ``predict_dataloader``: its ``predict_split``, the test split):
 

@@ -33,8 +33,10 @@ __all__ = ["SOXBoost"]
 
 
 class SOXBoost(HyperParameterSchedule):
-    """Stagewise schedule of η, β and γ: stage ``k`` (from 1) lasts ``T_1 · growth^(k−1)`` steps (rounded) and
-    uses ``decay^(k−1)`` times the initial η (``lr``), β (``momentum_weight``) and γ (``ema_weight``).
+    """Stagewise schedule of η, β and γ (SOX-boost).
+
+    Stage ``k`` (from 1) lasts ``T_1 · growth^(k−1)`` steps (rounded) and uses ``decay^(k−1)`` times the initial η
+    (``lr``), β (``momentum_weight``) and γ (``ema_weight``).
 
     Args:
         first_stage_steps: T_1, the length of the first stage in optimizer steps.

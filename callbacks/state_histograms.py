@@ -13,7 +13,9 @@ from fccolit.state import IndexedState
 
 
 class StateHistograms(Callback):
-    """Every ``every_n_epochs`` training epochs, log for each :class:`~fccolit.state.IndexedState` of the module:
+    """Log histograms and visit statistics of the module's indexed states every ``every_n_epochs`` training epochs.
+
+    Every ``every_n_epochs`` training epochs, log for each :class:`~fccolit.state.IndexedState` of the module:
 
     * ``state/<name>/<component>``: a histogram of the visited rows' values (one per component; e.g. for AP's
       ``u`` component 0 is the surrogate positive rank, 1 the surrogate overall rank);

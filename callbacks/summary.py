@@ -9,8 +9,9 @@ from lightning.pytorch.utilities import rank_zero_only
 
 
 class MetricsSummary(Callback):
-    """At the end of ``fit``, print every logged ``val/*`` and ``train/objective`` value as a small table,
-    and where the TensorBoard logs are."""
+    """At the end of ``fit``, print every logged ``val/*`` and ``train/objective`` value as a small table.
+
+    It also prints where the TensorBoard logs are."""
 
     @rank_zero_only
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -33,8 +34,9 @@ def _natural(name: str) -> list:
 
 
 class ProgressLines(Callback):
-    """A progress line at every validation and every training epoch's end, for output that is not a terminal (a log
-    file, a batch job), where a progress bar writes a carriage-return frame per refresh:
+    """A progress line at every validation and every training epoch's end, for output that is not a terminal.
+
+    For output such as a log file or a batch job, where a progress bar writes a carriage-return frame per refresh:
     ``epoch 2, step 476/1428 (33%), 12.4 s: train/objective -0.7123, val/ap 0.6198``. The ``fccolit`` command uses it
     instead of the progress bar when its output is not a terminal and ``trainer.enable_progress_bar`` is not set."""
 

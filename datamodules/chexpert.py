@@ -83,8 +83,9 @@ _PATIENT = re.compile(r"patient(\d+)")
 
 # ---------------------------------------------------------------------------------------------- the DataModule
 class CheXpertDataModule(FCCODataModule):
-    """CheXpert with per-label uncertainty policies; one finding as a binary task, or all as a multi-label one
-    (see the module docstring for the files, the policies and the batch fields).
+    """CheXpert with per-label uncertainty policies; one finding as a binary task, or all as a multi-label one.
+
+    See the module docstring for the files, the policies and the batch fields.
 
     The CSVs are parsed once into a cache (``<cache_dir>/chexpert-<hash>/``, keyed by the CSV files and the label
     columns); policies, filters and splits are applied in ``__init__``, so :attr:`sizes` exists right after

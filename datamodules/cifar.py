@@ -125,8 +125,9 @@ def long_tail_indices(labels: np.ndarray, counts: Sequence[int], seed: int = 0) 
 
 
 class CIFARLTDataModule(FCCODataModule):
-    """CIFAR-10/100 with the long-tailed training set of LDAM and the binary tasks of Wang et al. and Yao, Lin & Yang
-    (see the module docstring for the protocols).
+    """CIFAR-10/100 with the long-tailed training set of LDAM and the binary tasks of Wang et al. and Yao, Lin & Yang.
+
+    See the module docstring for the protocols.
 
     The decoded arrays are cached once (``<cache_dir>/<dataset>-<hash>/``, memory-mappable, keyed by the files);
     the long tail, the binary labels and the splits are recomputed from them in ``__init__`` (milliseconds), so

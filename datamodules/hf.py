@@ -65,8 +65,9 @@ def split_sources(origins: dict[str, str]) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------------- classification
 class HFClassificationDataModule(FCCODataModule):
-    """Binary or multi-label classification on a ``datasets`` table (see the module docstring for the sources,
-    the cache and the splits).
+    """Binary or multi-label classification on a ``datasets`` table.
+
+    See the module docstring for the sources, the cache and the splits.
 
     * **binary** (``label`` one column of two values): batch fields ``x``, ``y`` ``[B]`` long in {0, 1}, ``index``
       (row in its split), ``pos_index`` / ``neg_index`` (row among the split's positives / negatives, −1
@@ -292,9 +293,10 @@ class HFGroupedDataModule(GroupedDataModule):
 
 # -------------------------------------------------------------------------------------------------- ranking
 class HFRankingDataModule(RankingDataModule):
-    """Learning to rank on a ``datasets`` table of documents: one row per (query, document) with a query column,
-    feature columns and a graded relevance column (``y ≥ 0``, gain 2^y − 1), as MSLR-WEB or Yahoo! LTR saved as
-    Parquet.
+    """Learning to rank on a ``datasets`` table of documents, as MSLR-WEB or Yahoo! LTR saved as Parquet.
+
+    One row per (query, document) with a query column, feature columns and a graded relevance column (``y ≥ 0``,
+    gain 2^y − 1).
 
     The batches are those of :class:`~fccolit.datamodules.MSLRDataModule` (schema in
     :mod:`fccolit.datasets.ranking`): training slates of ``slate_length`` documents of one query,
@@ -388,8 +390,9 @@ class HFRankingDataModule(RankingDataModule):
 
 
 class HFRecommendationDataModule(RecommendationDataModule):
-    """Recommendation from a ``datasets`` table of interactions: one row per (user, item) with a rating (and
-    optionally a time), as MovieLens' ``ratings.csv`` saved as Parquet.
+    """Recommendation from a ``datasets`` table of interactions, as MovieLens' ``ratings.csv`` saved as Parquet.
+
+    One row per (user, item) with a rating (and optionally a time).
 
     Everything after reading the columns is :class:`~fccolit.datamodules.RecommendationDataModule`'s: the per-user
     split by time (``protocol``), relevance, training lists of P relevant and M unrated items per user

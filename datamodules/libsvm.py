@@ -83,8 +83,10 @@ def _label_text(value: float) -> str:
 
 
 class LibSVMDataModule(FCCODataModule):
-    """A binary LIBSVM data set: seeded train / validation (/ test) splits, optional positive dropping and
-    feature scaling, dual-sampled training batches.
+    """A binary LIBSVM data set: seeded splits, optional positive dropping and scaling, dual-sampled batches.
+
+    Seeded train / validation (/ test) splits, optional positive dropping and feature scaling, dual-sampled
+    training batches.
 
     Files: ``root/name`` is the training file; ``root/name.t`` (LIBSVM's test file), when present, is the test
     split, otherwise ``test_fraction`` of the training file is held out as the test split. ``val_fraction`` of the

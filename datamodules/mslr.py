@@ -154,8 +154,10 @@ def normalization(
 
 
 class MSLRDataModule(RankingDataModule):
-    """Learning to rank on MSLR-WEB30K / WEB10K (and Yahoo! LTR, LETOR 4.0, LightGBM's layout); see the module
-    docstring for the files, the normalization and the policy for queries without relevant documents.
+    """Learning to rank on MSLR-WEB30K / WEB10K (and Yahoo! LTR, LETOR 4.0, LightGBM's layout).
+
+    See the module docstring for the files, the normalization and the policy for queries without relevant
+    documents.
 
     Parsing, normalization and grouping happen in ``__init__`` through the atomic cache (``<cache_dir>/letor-…/``:
     one float32 ``.npy`` of features per split, memory-mapped afterwards), keyed by the split files and every

@@ -90,9 +90,10 @@ class SyntheticBinaryDataModule(FCCODataModule):
 
 
 class SyntheticMultiLabelDataModule(FCCODataModule):
-    """Multi-label (multi-task) binary classification on generated Gaussian data: ``T`` tasks sharing the
-    features, each with its own imbalanced labels, and a share of (task, sample) entries unlabeled (−1), as
-    CheXpert's uncertain findings under U-Ignore. The training batches come from
+    """Multi-label (multi-task) binary classification on generated Gaussian data.
+
+    ``T`` tasks sharing the features, each with its own imbalanced labels, and a share of (task, sample) entries
+    unlabeled (−1), as CheXpert's uncertain findings under U-Ignore. The training batches come from
     :class:`~fccolit.samplers.MultiLabelSampler` (``K`` tasks × (``P`` positives + ``Q`` negatives)); train mean
     AP over tasks with :class:`~fccolit.objectives.AveragePrecision` and a model with ``T`` outputs.
 

@@ -34,8 +34,9 @@ def make_multiclass(
 
 
 class SyntheticMulticlassDataModule(FCCODataModule):
-    """Balanced multi-class classification on generated Gaussian data, for NCA (Wang & Yang, ICML 2022,
-    arXiv:2202.12396, §4.3).
+    """Balanced multi-class classification on generated Gaussian data, for NCA (Wang & Yang, ICML 2022).
+
+    As in Wang & Yang, arXiv:2202.12396, §4.3.
 
     Batch fields: ``x`` ``[B, D]`` float32, ``y`` ``[B]`` long (class), ``index`` ``[B]`` (row in its split: the
     state row of NCA). Training batches are uniform without replacement

@@ -46,8 +46,9 @@ __all__ = ["ALEXR2"]
 
 
 class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
-    r"""ALEXR2 (Chen et al., NeurIPS 2025, Algorithm 2) with the constrained variant (eq. (39)); see the module
-    docstring.
+    r"""ALEXR2 with the constrained variant (Chen et al., NeurIPS 2025).
+
+    Chen et al.'s Algorithm 2, with the constrained variant of their eq. (39); see the module docstring.
 
     Args:
         lam: λ > 0 (or 0 for a smooth outer), the outer smoothing; ``f̄ = f_λ``, ``y = ∇f_λ(u)``. Default 2e-3:

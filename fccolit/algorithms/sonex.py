@@ -256,8 +256,9 @@ class NonsmoothFCCOModule(FCCOModule):
 
 
 class SONEX(NonsmoothFCCOModule):
-    r"""SONEX (Chen et al., NeurIPS 2025, Algorithm 1): MSVR tracking + Moreau-envelope outer gradient + momentum or
-    Adam-type step.
+    r"""SONEX: MSVR tracking + Moreau-envelope outer gradient + momentum or Adam-type step (Chen et al., NeurIPS 2025).
+
+    Chen et al.'s Algorithm 1.
 
     One training step, for the outer indices ``i`` of the batch (groups, constraints, ...; the others unchanged)::
 
@@ -363,8 +364,9 @@ class SONEX(NonsmoothFCCOModule):
 
 
 class SONX(SONEX):
-    """SONX (Hu, Zhu & Yang, NeurIPS 2023; a baseline of Chen et al., NeurIPS 2025): SONEX without smoothing and
-    without momentum.
+    """SONX: SONEX without smoothing and without momentum (Hu, Zhu & Yang, NeurIPS 2023).
+
+    A baseline of Chen et al., NeurIPS 2025.
 
     MSVR tracking as SONEX, the **un-smoothed** (sub)gradient ``∂f(u_i)`` of the outer function (the hinge
     penalty of Yang et al. 2025, arXiv:2504.15243), and a plain SGD step: the default optimizer is
@@ -389,8 +391,9 @@ class SONX(SONEX):
 
 
 class PenaltySOX(SONEX):
-    """SOX (Wang & Yang, ICML 2022, Algorithm 1) on a composite objective: the baseline "SOX + squared-hinge
-    penalty" of Chen et al. (NeurIPS 2025).
+    """SOX on a composite objective: the baseline "SOX + squared-hinge penalty" of Chen et al. (NeurIPS 2025).
+
+    SOX is Wang & Yang's Algorithm 1 (ICML 2022).
 
     Moving average without correction (γ' = 0), the previous ``u`` in the gradient, no smoothing, momentum β::
 

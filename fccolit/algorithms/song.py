@@ -325,10 +325,9 @@ class KSONG(SONG):
 
 
 class SOLC(RankingSOX):
-    r"""SOLC (Qiu et al., ICML 2022, Algorithm 3 of App. B): stochastic optimization of listwise cross-entropy, the
-    warm-up objective.
+    r"""SOLC: stochastic optimization of listwise cross-entropy, the warm-up objective (Qiu et al., ICML 2022).
 
-    For every relevant pair (q, i) of the batch::
+    Qiu et al.'s Algorithm 3 of App. B. For every relevant pair (q, i) of the batch::
 
         ĝ_{q,i} = mean_{x_j∈B_q} exp(h_j − h_i)
         u_{q,i} ← (1 − γ0) u_{q,i} + γ0 ĝ_{q,i}              (first visit: u ← ĝ)

@@ -161,8 +161,9 @@ class SOXFamily(FCCOModule):
 
 
 class SOX(SOXFamily):
-    r"""SOX: selective moving averages of the inner values plus gradient momentum (Wang & Yang, ICML 2022,
-    Algorithm 1), with every choice of the family free (see the module docstring for the formula).
+    r"""SOX: selective moving averages of the inner values plus gradient momentum (Wang & Yang, ICML 2022).
+
+    Wang & Yang's Algorithm 1, with every choice of the family free (see the module docstring for the formula).
 
     Args:
         model: the backbone (scores ``[B]``).
@@ -256,8 +257,9 @@ def _adam_like(optimizer: torch.optim.Optimizer, amsgrad: bool, bias_correction:
 
 # ---------------------------------------------------------------------------------------------- presets
 class BSGD(SOXFamily):
-    r"""BSGD (Hu et al. 2020; Wang & Yang, ICML 2022, §2.1 and Table 1): the plain plug-in mini-batch estimator,
-    no momentum::
+    r"""BSGD: the plain plug-in mini-batch estimator, no momentum (Hu et al. 2020; Wang & Yang, ICML 2022).
+
+    The update (Wang & Yang, §2.1 and Table 1)::
 
         G = (1/B1) Σ_{i∈B_1} ∇ĝ_i(w) ∇f_i(ĝ_i(w)),    w ← w − η G
 
@@ -285,8 +287,9 @@ class BSGD(SOXFamily):
 
 
 class SOAP(SOXFamily):
-    r"""SOAP (Qi et al. 2021; Wang et al., AISTATS 2022, eq. (5); Wang & Yang, ICML 2022, §3.1): selective moving
-    average, fresh ``u``, no momentum::
+    r"""SOAP: selective moving average, fresh ``u``, no momentum (Qi et al. 2021; Wang et al., AISTATS 2022).
+
+    The update (Wang et al.'s eq. (5); Wang & Yang, ICML 2022, §3.1)::
 
         u_i ← (1 − β) u_i + β ĝ_i   (i ∈ B_t; others unchanged; no projection in eq. (5))
         ∇̃  = (1/B) Σ_{i∈B_t} ∇ĝ_i ∇f([U_{t+1}]_i),    w ← w − η ∇̃          (mode "sgd")
@@ -408,8 +411,9 @@ class ProjectedSOX(SOXFamily):
 
 
 class MOAPV1(ProjectedSOX):
-    r"""MOAP-V1 (Wang et al., AISTATS 2022, Algorithm 1): SOAP's selective U-update with the projection Π_Ω, plus
-    momentum::
+    r"""MOAP-V1: SOAP's selective U-update with the projection Π_Ω, plus momentum (Wang et al., AISTATS 2022).
+
+    The update (Wang et al.'s Algorithm 1)::
 
         [U_{t+1}]_i = Π_Ω[ (1 − β0) [U_t]_i + β0 ĝ_i ]   (i ∈ B_t; others unchanged)
         ∇̃ = (1/B) Σ_{i∈B_t} ∇ĝ_i ∇f([U_{t+1}]_i),   m ← (1 − β1) m + β1 ∇̃,   w ← w − η m
@@ -427,7 +431,9 @@ class MOAPV1(ProjectedSOX):
 
 
 class MOAPV2(ProjectedSOX):
-    r"""MOAP-V2 (Wang et al., AISTATS 2022, Algorithm 2): the randomized coordinate update with Π_Ω, plus momentum::
+    r"""MOAP-V2: the randomized coordinate update with Π_Ω, plus momentum (Wang et al., AISTATS 2022).
+
+    The update (Wang et al.'s Algorithm 2)::
 
         [U_{t+1}]_i = Π_Ω[ (1 − β0) [U_t]_i + β0 (m/B) ĝ_i ]   (i ∈ B_t)
         [U_{t+1}]_j = Π_Ω[ (1 − β0) [U_t]_j ]                 (j ∉ B_t: lazily, exactly the eager result)
@@ -446,8 +452,9 @@ class MOAPV2(ProjectedSOX):
 
 
 class ADAP(MOAPV2):
-    r"""ADAP (Wang et al., AISTATS 2022, Algorithm 3): MOAP-V2's state and estimator with an Adam-type step, no bias
-    correction::
+    r"""ADAP: MOAP-V2's state and estimator with an Adam-type step, no bias correction (Wang et al., AISTATS 2022).
+
+    The update (Wang et al.'s Algorithm 3)::
 
         m ← (1 − β1) m + β1 ∇̃,    v ← h_t(v, ∇̃²),    w ← w − η m / (√v + δ)
 

@@ -10,8 +10,10 @@ from fccolit.algorithms.base import FCCOModule
 
 
 class Supervised(FCCOModule):
-    """Binary cross-entropy on the scores (no per-index state). Logs ``train/loss`` (the true mini-batch loss, on the
-    steps the logger writes) and ``train/loss_epoch`` (its exact mean over the epoch and every rank).
+    """Binary cross-entropy on the scores (no per-index state).
+
+    Logs ``train/loss`` (the true mini-batch loss, on the steps the logger writes) and ``train/loss_epoch`` (its
+    exact mean over the epoch and every rank).
 
     Same model, data, optimizer and metrics interface as the FCCO algorithms, so it is the baseline every
     benchmark compares against (and the objective of a warm-up phase).

@@ -480,8 +480,10 @@ def _validate_multitask(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
 
 
 class BinaryAveragePrecision(_BinaryCatMetric):
-    """Exact average precision over all samples seen (see :func:`average_precision`); macro over tasks for
-    ``[N, T]`` inputs. (The training objective of the same quantity is :class:`fccolit.objectives.AveragePrecision`.)
+    """Exact average precision over all samples seen (see :func:`average_precision`).
+
+    Macro over tasks for ``[N, T]`` inputs. (The training objective of the same quantity is
+    :class:`fccolit.objectives.AveragePrecision`.)
     """
 
     _what = "average precision"
@@ -526,13 +528,14 @@ class PartialAUC(_BinaryCatMetric):
 
 
 class MulticlassAccuracy(BatchMetric):
-    """Top-1 accuracy of ``[N, C]`` class scores against class labels ``[N]`` (or ``[N, 1]``; long in ``[0, C)``),
-    over all samples of all processes (sum states: exact under DDP). From an evaluation batch: ``update(scores,
-    batch["y"])``. ``compute()`` returns the overall accuracy and keeps each class's accuracy (its recall: correct /
-    samples of that class; NaN for a class never seen) in :attr:`per_task` ``[C]``; :meth:`named_values` returns
-    both, which the algorithm modules log as ``{stage}/accuracy`` and ``{stage}/accuracy/<class>`` (e.g. the target
-    class of the continual-learning task, whose change is the target-task accuracy improvement plotted by Chen et
-    al., NeurIPS 2025, Figure 3).
+    """Top-1 accuracy of ``[N, C]`` class scores against class labels, over all samples of all processes.
+
+    Labels ``[N]`` (or ``[N, 1]``; long in ``[0, C)``); sum states: exact under DDP. From an evaluation batch:
+    ``update(scores, batch["y"])``. ``compute()`` returns the overall accuracy and keeps each class's accuracy (its
+    recall: correct / samples of that class; NaN for a class never seen) in :attr:`per_task` ``[C]``;
+    :meth:`named_values` returns both, which the algorithm modules log as ``{stage}/accuracy`` and
+    ``{stage}/accuracy/<class>`` (e.g. the target class of the continual-learning task, whose change is the
+    target-task accuracy improvement plotted by Chen et al., NeurIPS 2025, Figure 3).
 
     Args:
         num_classes: C, sizes the states up front (the algorithm modules pass the data's ``num_classes``); None

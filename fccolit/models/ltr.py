@@ -48,9 +48,10 @@ class ListMLP(SizedModel):
 
 
 class ContextAwareRanker(SizedModel):
-    """Context-aware list scorer (Pobrotyn et al. 2020, the LTR backbone of Qiu et al., ICML 2022,
-    arXiv:2202.12183, §7.1): every entry's score
-    depends on the whole list through self-attention over its real entries.
+    """Context-aware list scorer (Pobrotyn et al. 2020), the LTR backbone of Qiu et al. (ICML 2022).
+
+    Qiu et al., arXiv:2202.12183, §7.1. Every entry's score depends on the whole list through self-attention over
+    its real entries.
 
     ``features [B, L, F] → Linear(F, d) + ReLU → N × TransformerEncoderLayer(d, heads, d_ff, pre-norm) →
     LayerNorm → Linear(d, 1) → scores [B, L]``. No positional encoding: the scores are equivariant to

@@ -96,8 +96,10 @@ class LinearScorer(SizedModel):
 
 
 class MLP(SizedModel):
-    """Multi-layer perceptron scorer. Input ``[B, in_features]`` (dense or sparse CSR: the first layer is a
-    :class:`SparseInputLinear`, an embedding bag on sparse rows), output ``[B]`` (or ``[B, out_features]``).
+    """Multi-layer perceptron scorer.
+
+    Input ``[B, in_features]`` (dense or sparse CSR: the first layer is a :class:`SparseInputLinear`, an embedding
+    bag on sparse rows), output ``[B]`` (or ``[B, out_features]``).
 
     Args:
         in_features: input width (None: taken from the data).

@@ -17,8 +17,10 @@ from torch import nn
 
 
 class NeuMF(nn.Module):
-    """Neural matrix factorization: a GMF branch and an MLP branch on user and item embeddings, and one linear
-    prediction layer on their concatenation (the "last layer" that the warm-up protocol re-initializes).
+    """Neural matrix factorization: a GMF branch and an MLP branch on user and item embeddings.
+
+    One linear prediction layer on their concatenation (the "last layer" that the warm-up protocol
+    re-initializes).
 
     ``score(u, i) = wᵀ [ p_u ⊙ q_i ; MLP([p'_u ; q'_i]) ] + b``
 

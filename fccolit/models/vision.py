@@ -104,9 +104,11 @@ class _BasicBlock(nn.Module):
 
 
 class ResNet20(_OutputSized):
-    """ResNet-20 for 32×32 images (He et al. 2016, §4.2): a 3×3 conv with 16 channels, three stages of three basic
-    blocks with 16, 32 and 64 channels (stride 2 at the start of stages 2 and 3), global average pooling and a
-    linear head. Kaiming-normal initialization of the convolutions and the head.
+    """ResNet-20 for 32×32 images (He et al. 2016).
+
+    He et al.'s §4.2: a 3×3 conv with 16 channels, three stages of three basic blocks with 16, 32 and 64 channels
+    (stride 2 at the start of stages 2 and 3), global average pooling and a linear head. Kaiming-normal
+    initialization of the convolutions and the head.
 
     Input ``[B, 3, 32, 32]`` (other sizes work: the pooling is global); output ``[B]`` for one output, else
     ``[B, num_outputs]``.
@@ -251,8 +253,9 @@ _TORCHVISION = {
 
 
 class TorchvisionBackbone(_OutputSized):
-    """A torchvision ResNet or DenseNet built without weights (``weights=None``), its head replaced by a fresh
-    ``Linear(feature_dim, num_outputs)``.
+    """A torchvision ResNet or DenseNet, built without weights, its head replaced by a fresh linear layer.
+
+    Built with ``weights=None``; the new head is ``Linear(feature_dim, num_outputs)``.
 
     Pre-trained weights come only from a local file (``weights_path``): e.g. ImageNet weights saved once with
     ``torch.save(torchvision.models.resnet18(weights="DEFAULT").state_dict(), path)`` on a machine with network,

@@ -45,7 +45,9 @@ def _zero(scores: torch.Tensor) -> torch.Tensor:
 
 
 class GroupDROCVaR(CompositeObjective):
-    r"""Group DRO with the CVaR divergence (Chen et al., NeurIPS 2025, eq. (10), Appendix F.1)::
+    r"""Group DRO with the CVaR divergence (Chen et al., NeurIPS 2025).
+
+    Chen et al.'s eq. (10), Appendix F.1::
 
         F(θ, s) = s + (1/n) Σ_{g=1}^{n} (1/r) [ L_g(θ) − s ]_+,     L_g(θ) = E_{(x,y)~D_g} ℓ(θ; x, y),   r = k/n
 
@@ -110,8 +112,9 @@ class GroupDROCVaR(CompositeObjective):
 
 
 class ConstrainedObjective(CompositeObjective):
-    r"""``min g_0(w) s.t. h_i(w) ≤ 0, i = 1..m`` solved through the penalty problem (Chen et al., NeurIPS 2025,
-    eqs. (8), (9))::
+    r"""``min g_0(w) s.t. h_i(w) ≤ 0, i = 1..m`` solved through the penalty problem (Chen et al., NeurIPS 2025).
+
+    The penalty problem of Chen et al.'s eqs. (8), (9)::
 
         Φ(w) = g_0(w) + (1/m) Σ_{i=1}^{m} p(h_i(w))
 
@@ -173,8 +176,9 @@ class ConstrainedObjective(CompositeObjective):
 
 
 class ROCFairnessAUC(ConstrainedObjective):
-    r"""AUC maximization under ROC-fairness constraints (Chen et al., NeurIPS 2025, Appendix F.2, after Vogel et
-    al.)::
+    r"""AUC maximization under ROC-fairness constraints (Chen et al., NeurIPS 2025).
+
+    Chen et al.'s Appendix F.2, after Vogel et al.::
 
         min_w  F(w) = −1/(|D_+||D_−|) Σ_{i∈D_+} Σ_{j∈D_−} σ(s_w(x_i) − s_w(x_j))
         s.t.   h_τ^+(w) = | mean_{p, y=1} σ(s_w − τ) − mean_{u, y=1} σ(s_w − τ) | − κ ≤ 0      (TPR gap at τ)

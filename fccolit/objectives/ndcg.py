@@ -192,8 +192,9 @@ class RankingObjective(FCCOObjective):
 
 
 class NDCGSurrogate(RankingObjective):
-    r"""The NDCG surrogate of Qiu et al. (ICML 2022) as an FCCO problem (eqs. (2)–(3); minimized, so
-    ``F = −surrogate``).
+    r"""The NDCG surrogate of Qiu et al. (ICML 2022) as an FCCO problem.
+
+    Their eqs. (2)–(3); minimized, so ``F = −surrogate``.
 
     .. math::
 
@@ -482,8 +483,9 @@ class TopKNDCGSurrogate(NDCGSurrogate):
 # SOLC's listwise cross-entropy
 # ---------------------------------------------------------------------------------------------------------------
 class SOLCListwiseCE(ListwiseCE):
-    r"""Listwise cross-entropy as SOLC optimizes it (Qiu et al., ICML 2022, App. B), the warm-up objective of SONG /
-    K-SONG.
+    r"""Listwise cross-entropy as SOLC optimizes it, the warm-up objective of SONG / K-SONG (Qiu et al., ICML 2022).
+
+    Qiu et al.'s App. B.
 
     .. math::
 

@@ -174,8 +174,10 @@ class Hinge(OuterFunction):
 
 
 class SquaredHinge(OuterFunction):
-    r"""``f(x) = ρ [x]_+²`` (d' = 1): the squared-hinge penalty of the SOX baseline (Chen et al., after Li et al.
-    2024; the paper does not print its scaling: ``(ρ/m) Σ [g_i]_+²`` is an assumption). Smooth, not Lipschitz.
+    r"""``f(x) = ρ [x]_+²`` (d' = 1): the squared-hinge penalty of the SOX baseline (Chen et al., NeurIPS 2025).
+
+    After Li et al. 2024; the paper does not print its scaling: ``(ρ/m) Σ [g_i]_+²`` is an assumption. Smooth,
+    not Lipschitz.
 
     Closed forms: ``∇f = 2ρ[x]_+``; ``prox_{λf}(x) = x`` (x ≤ 0), ``x/(1 + 2λρ)`` (x > 0);
     ``f_λ(x) = ρ[x]_+²/(1 + 2λρ)``.
@@ -206,7 +208,9 @@ class SquaredHinge(OuterFunction):
 
 
 class SmoothedHinge(OuterFunction):
-    r"""The smoothed hinge ``f_λ`` (Huber form, Chen et al. eq. (9)): the Moreau envelope of :class:`Hinge` ``ρ[x]_+``::
+    r"""The smoothed hinge ``f_λ``: the Moreau envelope of :class:`Hinge` ``ρ[x]_+`` (Chen et al., NeurIPS 2025).
+
+    The Huber form of Chen et al.'s eq. (9)::
 
         f_λ(x)  = 0 (x ≤ 0);  x²/(2λ) (0 < x ≤ λρ);  ρx − λρ²/2 (x > λρ)
         ∇f_λ(x) = min{[x]_+/λ, ρ}          f_λ ≤ ρ[x]_+ ≤ f_λ + λρ²/2

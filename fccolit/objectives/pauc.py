@@ -186,8 +186,9 @@ FCCO_INTERFACE = frozenset({"inner", "outer", "outer_grad", "inner_dim", "state_
 
 
 class RankedRangeObjective(nn.Module):
-    """Base of the ranked-range objectives (see the module docstring), and the protocol the ranked-range algorithms
-    (:mod:`fccolit.algorithms.pauc`) read.
+    """Base of the ranked-range objectives, and the protocol the ranked-range algorithms read.
+
+    See the module docstring for the objectives; the algorithms are those of :mod:`fccolit.algorithms.pauc`.
 
     These objectives are DC programs solved by :class:`~fccolit.algorithms.pauc.PAUCRange` (AGD-SBCD),
     :class:`~fccolit.algorithms.pauc.SoRR`, :class:`~fccolit.algorithms.pauc.DCA`,
@@ -299,8 +300,9 @@ class RankedRangeObjective(nn.Module):
 
 
 class PartialAUCRange(RankedRangeObjective):
-    r"""Surrogate of the normalised partial AUC on the FPR range [α, β] (Yao, Lin & Yang, NeurIPS 2022, eq. (3)),
-    minimised.
+    r"""Surrogate of the normalised partial AUC on the FPR range [α, β], minimised (Yao, Lin & Yang, NeurIPS 2022).
+
+    Their eq. (3):
 
     .. math::
 

@@ -153,8 +153,9 @@ class DCA(SBCDLoop):
 
 
 class ProximalDCA(DCA):
-    r"""Proximal DCA (Appendix E.5; Wen et al. 2018): :class:`DCA` with the proximal term ``(L/2)‖w − w^{(k)}‖²``
-    in every subproblem (38).
+    r"""Proximal DCA: :class:`DCA` with a proximal term in every subproblem (Wen et al. 2018).
+
+    Appendix E.5: the proximal term ``(L/2)‖w − w^{(k)}‖²`` in every subproblem (38).
 
     Args: as :class:`DCA`; ``prox_weight`` (L, scale-free: L_paper/(N₊N₋)) must be > 0. Default 10⁻³ = 1/μ' of
     :class:`~fccolit.algorithms.pauc.PAUCRange`'s default, an assumption: the paper tunes L ∈ {10⁻⁵ … 1} in its own

@@ -15,9 +15,10 @@ __all__ = ["MiniBatchPAUC", "PairwiseAUC"]
 
 
 class MiniBatchPAUC(RankedRangeModule):
-    r"""The naive mini-batch method ("MB", Kar et al. 2014, as compared by Yao, Lin & Yang, NeurIPS 2022): SGD on
-    the ranked-range mean of each batch, i.e. objective (3) with the batch's own negatives ranked (a biased estimate
-    for α > 0).
+    r"""The naive mini-batch method "MB": SGD on the ranked-range mean of each batch (Kar et al. 2014).
+
+    As compared by Yao, Lin & Yang, NeurIPS 2022: the ranked-range mean of each batch is objective (3) with the
+    batch's own negatives ranked (a biased estimate for α > 0).
 
     With ``alpha = 0, beta = 1`` this is plain pairwise AUC-surrogate minimisation (:class:`PairwiseAUC`).
 
@@ -43,8 +44,10 @@ class MiniBatchPAUC(RankedRangeModule):
 
 
 class PairwiseAUC(MiniBatchPAUC):
-    r"""The plain pairwise AUC surrogate baseline: SGD on ``mean_{i∈+, j∈−} ℓ(h(x_i) − h(x_j))`` over each batch's
-    (positive, negative) pairs (:class:`MiniBatchPAUC` with the FPR range [0, 1]).
+    r"""The plain pairwise AUC surrogate baseline: SGD over each batch's (positive, negative) pairs.
+
+    SGD on ``mean_{i∈+, j∈−} ℓ(h(x_i) − h(x_j))`` over each batch's (positive, negative) pairs
+    (:class:`MiniBatchPAUC` with the FPR range [0, 1]).
 
     Args:
         model: the scorer.
