@@ -24,6 +24,13 @@ read the input columns a batch at a time from the memory-mapped table (:class:`~
 only the labels, groups and row indices are held in memory. The ranking DataModules read their columns into memory
 (their samplers index whole query lists).
 
+Feature scaling (classification, grouped and ranking: ``feature_scaling``): the feature columns are standardized by
+default, with the mean and standard deviation of the training split (``"standard"``; ``"minmax"``: the training
+range onto [0, 1]; ``"none"``: as they are; :mod:`fccolit.datasets.scaling`). Raw features (pixel values, areas,
+counts) otherwise saturate the sigmoid scores of AP's and pAUC's surrogates and the run does not train. The
+statistics are in every checkpoint (the DataModule's ``state_dict``), so ``validate``, ``test``, ``predict`` and a
+resumed run use those the model was trained with; under DDP every rank takes rank 0's.
+
 Splits: the dataset's ``train`` split (``train_split``) trains; ``val_split`` / ``test_split`` name the evaluation
 splits (None: ``validation``, ``valid``, ``val`` or ``dev``, and ``test``, when present). A missing evaluation split
 is held out of the training split, ``val_fraction`` / ``test_fraction`` of its rows (stratified by label, by
@@ -38,10 +45,14 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 
-from fccolit.datasets.hf import ArrowRowsDataset, binary_labels, hold_out, select_rows, without_inputs
+from fccolit.datasets.hf import (
+    ArrowRowsDataset, binary_labels, hold_out, select_rows, split_features, without_inputs,
+)
 from fccolit.datasets.images import IMAGENET_MEAN, IMAGENET_STD
 from fccolit.datasets.letor import ListEvalDataset, ListwiseTrainDataset, ltr_pair_arrays
+from fccolit.datasets.scaling import FeatureScaler, FeatureScaling, check_scaling
 from fccolit.io.hf import as_list, column, feature_width, read_tables
 from fccolit.io.letor import group_by_query
 from fccolit.io.ratings import Ratings
@@ -63,8 +74,72 @@ def split_sources(origins: dict[str, str]) -> dict[str, str]:
     return {s: origins.get(s) or f"held out of {origins['train']}" for s in _SPLITS}
 
 
+class ScaledFeatures:
+    """What the DataModules with feature columns share about ``feature_scaling``: the statistics of the training
+    split (:attr:`feature_scaler`, a :class:`~fccolit.datasets.scaling.FeatureScaler`) in the checkpoint beside the
+    base class's state, restored from it, and rank 0's under DDP. A subclass fits :attr:`feature_scaler` in
+    ``__init__``, calls :meth:`share_feature_scaling` at the end of ``setup`` and implements
+    :meth:`apply_feature_scaler` (make the datasets use the current :attr:`feature_scaler`)."""
+
+    #: the configured ``feature_scaling``; None when the data has no feature columns (images)
+    feature_scaling: str | None = None
+    feature_scaler: FeatureScaler | None = None
+
+    def apply_feature_scaler(self) -> None:
+        """Make the datasets built so far use :attr:`feature_scaler` (called when it changes after ``setup``)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base class's state and ``feature_scaling``: the statistics the features are scaled with."""
+        state = super().state_dict()
+        if self.feature_scaler is not None:
+            state = {**state, "feature_scaling": self.feature_scaler.state_dict()}
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """The base class's state, and the checkpoint's feature statistics in place of those computed from the data
+        now (a checkpoint written before feature scaling existed trained on unscaled features: those apply, with a
+        warning)."""
+        super().load_state_dict(state_dict)
+        if self.feature_scaler is None:
+            return
+        saved = state_dict.get("feature_scaling")
+        name = type(self).__name__
+        if saved is None:
+            if not state_dict:
+                return
+            rank_zero_warn(f"{name}: the checkpoint holds no feature statistics (written before the HF DataModules "
+                           "scaled features): its model was trained on unscaled features, which are used as they are")
+            scaler = FeatureScaler("none")
+        else:
+            scaler = FeatureScaler.from_state_dict(saved)
+        width = self.sizes.get("num_features")
+        if scaler.width is not None and width is not None and scaler.width != width:
+            raise ValueError(f"{name}: the checkpoint scales {scaler.width} features, the data has {width}: "
+                             "evaluate or resume on the feature columns the run was trained on")
+        if scaler.kind != self.feature_scaling and saved is not None:
+            rank_zero_warn(f"{name}: the checkpoint's run scaled its features {scaler.kind!r}, configured "
+                           f"feature_scaling={self.feature_scaling!r}: the checkpoint's statistics apply (its model "
+                           "was trained on them)")
+        self._use_feature_scaler(scaler)
+
+    def share_feature_scaling(self) -> None:
+        """Under DDP (a trainer with several processes), every rank takes rank 0's statistics: the same transform
+        even if a rank read other data."""
+        trainer = getattr(self, "trainer", None)
+        if self.feature_scaler is None or trainer is None or int(getattr(trainer, "world_size", 1)) <= 1:
+            return
+        state = trainer.strategy.broadcast(self.feature_scaler.state_dict(), src=0)
+        self._use_feature_scaler(FeatureScaler.from_state_dict(state))
+
+    def _use_feature_scaler(self, scaler: FeatureScaler) -> None:
+        if not scaler.same_as(self.feature_scaler):
+            self.feature_scaler = scaler
+            self.apply_feature_scaler()
+
+
 # ------------------------------------------------------------------------------------------- classification
-class HFClassificationDataModule(FCCODataModule):
+class HFClassificationDataModule(ScaledFeatures, FCCODataModule):
     """Binary or multi-label classification on a ``datasets`` table.
 
     See the module docstring for the sources, the cache and the splits.
@@ -81,8 +156,9 @@ class HFClassificationDataModule(FCCODataModule):
       :class:`~fccolit.samplers.multilabel.MultiLabelPairDataset`); evaluation: ``x``, ``y`` ``[B, T]``, ``index``.
       Sizes of :func:`~fccolit.samplers.multilabel.multilabel_sizes` (and ``num_features``).
 
-    ``x`` is ``[B, D]`` float32 from ``features`` (scalar columns, or a list column), or ``[B, C, H, W]`` from an
-    ``image`` column (:class:`~fccolit.datasets.hf.ArrowRowsDataset`).
+    ``x`` is ``[B, D]`` float32 from ``features`` (scalar columns, or a list column), scaled by
+    ``feature_scaling`` (module docstring), or ``[B, C, H, W]`` from an ``image`` column
+    (:class:`~fccolit.datasets.hf.ArrowRowsDataset`).
 
     Args:
         dataset: a data file or folder, a ``save_to_disk`` folder, a Hub name, or a ``datasets.Dataset`` /
@@ -90,6 +166,9 @@ class HFClassificationDataModule(FCCODataModule):
         label: the label column (binary), or the label columns / one list column (multi-label).
         features: the input columns (exclusive with ``image``).
         image: an image column.
+        feature_scaling: ``"standard"`` (default: zero mean, unit variance), ``"minmax"`` ([0, 1]) or ``"none"``,
+            with the training split's statistics (module docstring); images are normalized by ``image_mean`` /
+            ``image_std`` instead.
         positive_label: the raw value of the positive class (binary; None: the larger of the two values).
         train_split, val_split, test_split, val_fraction, test_fraction: the splits (module docstring).
         batch_size: global training batch size.
@@ -111,6 +190,7 @@ class HFClassificationDataModule(FCCODataModule):
         label: str | list[str],
         features: str | list[str] | None = None,
         image: str | None = None,
+        feature_scaling: FeatureScaling = "standard",
         positive_label: Any = None,
         train_split: str = "train",
         val_split: str | None = None,
@@ -135,6 +215,7 @@ class HFClassificationDataModule(FCCODataModule):
         self.features, self.image = as_list(features), image
         if bool(self.features) == (image is not None):
             raise ValueError("HFClassificationDataModule: give the input as either features= (columns) or image= (a column)")
+        check_scaling(type(self).__name__, feature_scaling)
         self.batch_size, self.num_batches, self.anchor_sampling, self.seed = batch_size, num_batches, anchor_sampling, seed
         self.num_positives, self.tasks_per_batch = num_positives, tasks_per_batch
         self.augment, self.image_mean, self.image_std = augment, tuple(image_mean), tuple(image_std)
@@ -155,6 +236,9 @@ class HFClassificationDataModule(FCCODataModule):
         self.tables, positions = hold_out(tables, strata, val_fraction, test_fraction, seed)
         self.labels = select_rows(read, positions)
         self.sizes = self._sizes()
+        if self.features:
+            self.feature_scaling = feature_scaling
+            self.feature_scaler = FeatureScaler.fit(feature_scaling, self._rows("train", {}).feature_chunks())
 
     def split_source(self, split: str) -> str | None:
         """The split's file, or the file it was held out of."""
@@ -183,7 +267,7 @@ class HFClassificationDataModule(FCCODataModule):
 
     def _rows(self, split: str, fields: dict[str, torch.Tensor], augment: bool = False) -> ArrowRowsDataset:
         return ArrowRowsDataset(self.tables[split], fields, self.features, self.image, augment=augment,
-                                mean=self.image_mean, std=self.image_std)
+                                mean=self.image_mean, std=self.image_std, scaler=self.feature_scaler)
 
     def _fields(self, split: str) -> dict[str, torch.Tensor]:
         y = self.labels[split]
@@ -194,6 +278,13 @@ class HFClassificationDataModule(FCCODataModule):
         self.train_dataset = MultiLabelPairDataset(train, self.labels["train"]) if self.multilabel else train
         self.val_dataset = self._rows("val", self._fields("val"))
         self.test_dataset = self._rows("test", self._fields("test"))
+        self.share_feature_scaling()
+
+    def apply_feature_scaler(self) -> None:
+        train = getattr(self.train_dataset, "base", self.train_dataset)  # a MultiLabelPairDataset wraps the rows
+        for dataset in (train, self.val_dataset, self.test_dataset):
+            if isinstance(dataset, ArrowRowsDataset):
+                dataset.scaler = self.feature_scaler
 
     def build_train_sampler(self) -> RankAwareBatchSampler:
         y = self.labels["train"]
@@ -209,10 +300,10 @@ class HFClassificationDataModule(FCCODataModule):
 
 
 # -------------------------------------------------------------------------------------------------- grouped
-class HFGroupedDataModule(GroupedDataModule):
+class HFGroupedDataModule(ScaledFeatures, GroupedDataModule):
     """Binary classification with a group column (group DRO, ROC-fairness constraints) on a ``datasets`` table.
 
-    Batch fields: ``x`` ``[B, D]`` float32 (``features``), ``y``, ``index``, ``pos_index``, ``neg_index``
+    Batch fields: ``x`` ``[B, D]`` float32 (``features``, scaled by ``feature_scaling``), ``y``, ``index``, ``pos_index``, ``neg_index``
     (:func:`fccolit.data.binary_fields`) and ``group`` ``[B]`` long in ``0..G−1`` (the distinct values of the
     ``group`` column of the training split in increasing order: :attr:`group_values`). Training batches as
     :class:`~fccolit.datamodules.grouped.GroupedDataModule` (B1 groups × B2 rows, or shuffled / stratified by
@@ -220,8 +311,8 @@ class HFGroupedDataModule(GroupedDataModule):
     ``num_negatives``, ``num_features``, ``num_groups``.
 
     Args:
-        dataset, features, positive_label, train_split, val_split, test_split, val_fraction, test_fraction,
-            config_name, cache_dir: as :class:`HFClassificationDataModule`.
+        dataset, features, feature_scaling, positive_label, train_split, val_split, test_split, val_fraction,
+            test_fraction, config_name, cache_dir: as :class:`HFClassificationDataModule`.
         label: the binary label column.
         group: the group column (any values: numbers, strings, booleans).
         (the rest): see :class:`~fccolit.datamodules.grouped.GroupedDataModule`.
@@ -233,6 +324,7 @@ class HFGroupedDataModule(GroupedDataModule):
         features: str | list[str],
         label: str,
         group: str,
+        feature_scaling: FeatureScaling = "standard",
         positive_label: Any = None,
         train_split: str = "train",
         val_split: str | None = None,
@@ -257,6 +349,7 @@ class HFGroupedDataModule(GroupedDataModule):
             stratify_by_cell=stratify_by_cell,
         )
         self.features = as_list(features)
+        self.feature_scaling = check_scaling(type(self).__name__, feature_scaling)
         tables, where, origins = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
                                     [label, group, *self.features], finite=self.features)
         raw = {s: column(t, label) for s, t in tables.items() if t is not None}
@@ -280,6 +373,8 @@ class HFGroupedDataModule(GroupedDataModule):
             "num_negatives": train_y.numel() - int(train_y.sum()),
             "num_features": feature_width(self.tables["train"], self.features), "num_groups": len(self.group_values),
         }
+        self.feature_scaler = FeatureScaler.fit(
+            feature_scaling, ArrowRowsDataset(self.tables["train"], {}, self.features).feature_chunks())
 
     def split_source(self, split: str) -> str | None:
         """The split's file, or the file it was held out of."""
@@ -287,12 +382,19 @@ class HFGroupedDataModule(GroupedDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         self.train_dataset, self.val_dataset, self.test_dataset = (
-            ArrowRowsDataset(self.tables[s], self._splits[s], self.features) for s in _SPLITS
+            ArrowRowsDataset(self.tables[s], self._splits[s], self.features, scaler=self.feature_scaler)
+            for s in _SPLITS
         )
+        self.share_feature_scaling()
+
+    def apply_feature_scaler(self) -> None:
+        for dataset in (self.train_dataset, self.val_dataset, self.test_dataset):
+            if isinstance(dataset, ArrowRowsDataset):
+                dataset.scaler = self.feature_scaler
 
 
 # -------------------------------------------------------------------------------------------------- ranking
-class HFRankingDataModule(RankingDataModule):
+class HFRankingDataModule(ScaledFeatures, RankingDataModule):
     """Learning to rank on a ``datasets`` table of documents, as MSLR-WEB or Yahoo! LTR saved as Parquet.
 
     One row per (query, document) with a query column, feature columns and a graded relevance column (``y ≥ 0``,
@@ -304,13 +406,13 @@ class HFRankingDataModule(RankingDataModule):
     a :class:`~fccolit.samplers.ranking.QueryBatchSampler`), whole lists at evaluation
     (:class:`~fccolit.datasets.letor.ListEvalDataset`). A query's documents need not be adjacent in the table.
     Held-out splits take whole queries (``val_fraction`` / ``test_fraction`` of the training split's queries).
-    The columns are read into memory (features as float32); they are used as they are (standardize them first
-    with ``datasets.Dataset.map`` if needed). Sizes: ``num_queries`` (training queries), ``num_features``,
+    The columns are read into memory (features as float32, scaled by ``feature_scaling`` with the training
+    split's statistics; module docstring). Sizes: ``num_queries`` (training queries), ``num_features``,
     ``num_pairs`` (relevant training documents: SONG's state rows), and ``top_k`` when set.
 
     Args:
-        dataset, features, train_split, val_split, test_split, val_fraction, test_fraction, config_name, cache_dir:
-            as :class:`HFClassificationDataModule`.
+        dataset, features, feature_scaling, train_split, val_split, test_split, val_fraction, test_fraction,
+            config_name, cache_dir: as :class:`HFClassificationDataModule`.
         query: the query id column (any values).
         relevance: the relevance label column.
         slate_length, num_positives, queries_per_batch, num_batches, top_k, empty_queries, seed, num_workers,
@@ -323,6 +425,7 @@ class HFRankingDataModule(RankingDataModule):
         query: str,
         features: str | list[str],
         relevance: str,
+        feature_scaling: FeatureScaling = "standard",
         train_split: str = "train",
         val_split: str | None = None,
         test_split: str | None = None,
@@ -347,6 +450,7 @@ class HFRankingDataModule(RankingDataModule):
             raise ValueError(f"slate_length must be positive, got {slate_length}")
         self.slate_length, self.empty_queries_policy = int(slate_length), empty_queries
         self.features = as_list(features)
+        self.feature_scaling = check_scaling(type(self).__name__, feature_scaling)
         tables, where, origins = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
                                     [query, relevance, *self.features], finite=self.features, grades=relevance)
         queries = {s: column(t, query) for s, t in tables.items() if t is not None}
@@ -354,14 +458,18 @@ class HFRankingDataModule(RankingDataModule):
         self.tables, positions = hold_out(tables, np.zeros(distinct.size, np.int64), val_fraction, test_fraction,
                                           seed, units=units.reshape(-1))
         queries = select_rows(queries, positions)
-        self.lists = {}
-        for split in _SPLITS:
+        self.lists, self._document_order = {}, {}
+        for split in _SPLITS:  # the training split first: its features give the scaling statistics
             table = self.tables[split]
             rel = column(table, relevance).astype(np.float32)  # grades 0..MAX_RELEVANCE (read_tables checked)
             order, indptr, qids = group_by_query(queries[split])
-            x = np.concatenate([column(table, c).reshape(len(table), -1) for c in self.features], axis=1)
-            self.lists[split] = {"features": np.ascontiguousarray(x[order], dtype=np.float32),
-                                 "relevance": rel[order], "indptr": indptr, "qid": qids}
+            self._document_order[split] = order
+            x = self._raw_features(split)
+            if split == "train":
+                self.feature_scaler = FeatureScaler.fit(
+                    feature_scaling, (x[i : i + 16384] for i in range(0, x.shape[0], 16384)))
+            self.lists[split] = {"features": self.feature_scaler.transform_numpy(x), "relevance": rel[order],
+                                 "indptr": indptr, "qid": qids}
             if indptr.size <= 1:
                 raise ValueError(f"{where}: the {split} split holds no document")
         train = self.lists["train"]
@@ -373,6 +481,18 @@ class HFRankingDataModule(RankingDataModule):
         self._set_sizes({"num_queries": train["indptr"].size - 1, "num_features": train["features"].shape[1],
                          "num_pairs": self.pairs["pos_docs"].size})
 
+    def _raw_features(self, split: str) -> np.ndarray:
+        """``[N, D]``: the split's feature columns, unscaled, its documents grouped by query."""
+        return split_features(self.tables[split], self.features)[self._document_order[split]]
+
+    def apply_feature_scaler(self) -> None:
+        """The features read again from the table and scaled by the new statistics; the datasets built again."""
+        for split in _SPLITS:
+            self.lists[split]["features"] = self.feature_scaler.transform_numpy(self._raw_features(split))
+        if self.train_dataset is not None:
+            self.train_dataset = None
+            self._build_datasets()
+
     def _eval_dataset(self, split: str) -> ListEvalDataset:
         lists = self.lists[split]
         queries = None
@@ -382,6 +502,10 @@ class HFRankingDataModule(RankingDataModule):
         return ListEvalDataset(lists["features"], lists["relevance"], lists["indptr"], queries)
 
     def setup(self, stage: str | None = None) -> None:
+        self._build_datasets()
+        self.share_feature_scaling()
+
+    def _build_datasets(self) -> None:
         train = self.lists["train"]
         if self.train_dataset is None:
             self.train_dataset = ListwiseTrainDataset(train["features"], train["relevance"], train["indptr"],

@@ -5,7 +5,7 @@ out of the training split, binary labels from a raw label column)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -14,9 +14,12 @@ from torch.utils.data import Dataset
 
 from fccolit.data import binary_fields
 from fccolit.datasets.images import IMAGENET_MEAN, IMAGENET_STD, batch_draw_keys, random_crop_flip
+from fccolit.datasets.scaling import FeatureScaler
 from fccolit.datasets.splits import stratified_split
 
-__all__ = ["ArrowRowsDataset", "hold_out", "select_rows", "binary_labels", "without_inputs"]
+__all__ = [
+    "ArrowRowsDataset", "arrow_features", "split_features", "hold_out", "select_rows", "binary_labels", "without_inputs",
+]
 
 
 class ArrowRowsDataset(Dataset):
@@ -34,6 +37,10 @@ class ArrowRowsDataset(Dataset):
       (:func:`~fccolit.datasets.images.random_crop_flip`), so the same after a resume and on any number of
       processes.
 
+    The feature columns are scaled by ``scaler`` (a :class:`~fccolit.datasets.scaling.FeatureScaler` fitted on
+    the training split, computed in float64: :meth:`feature_chunks` reads the rows it is fitted on), or used as
+    they are (None). The DataModule may replace :attr:`scaler` later (the statistics of a checkpoint).
+
     Reading only the batch's rows keeps the table on disk (memory-mapped): a batch of 128 rows of a few columns
     costs about 3 ms, images decoding on top.
 
@@ -43,6 +50,7 @@ class ArrowRowsDataset(Dataset):
         feature_columns: the columns making ``x`` (exclusive with ``image_column``).
         image_column: the image column.
         augment, padding, mean, std: the image pipeline above.
+        scaler: the feature scaling (None: features as they are; images are normalized by ``mean`` / ``std``).
     """
 
     def __init__(
@@ -55,11 +63,14 @@ class ArrowRowsDataset(Dataset):
         padding: int = 4,
         mean: Sequence[float] = IMAGENET_MEAN,
         std: Sequence[float] = IMAGENET_STD,
+        scaler: FeatureScaler | None = None,
     ) -> None:
         if bool(feature_columns) == (image_column is not None):
             raise ValueError("ArrowRowsDataset: give either feature_columns or image_column")
-        columns = [image_column] if image_column is not None else list(feature_columns)
-        self.table = table.with_format("torch", columns=columns)
+        if image_column is not None:
+            self.table = table.with_format("torch", columns=[image_column])
+        else:  # float64 (datasets' default is float32), so that scaling sees the values as they are
+            self.table = table.with_format("torch", columns=list(feature_columns), dtype=torch.float64)
         if image_column is not None:
             import datasets
 
@@ -72,6 +83,7 @@ class ArrowRowsDataset(Dataset):
         self.augment, self.padding = bool(augment), int(padding)
         self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+        self.scaler = scaler
 
     def __len__(self) -> int:
         return len(self.table)
@@ -86,10 +98,27 @@ class ArrowRowsDataset(Dataset):
         return {"x": x, **{k: v.index_select(0, idx) for k, v in self.fields.items()}}
 
     def _features(self, rows: dict[str, Any]) -> torch.Tensor:
-        """``[B, D]`` float32 from the feature columns of ``rows``."""
+        """``[B, D]`` float32 from the feature columns of ``rows`` (read as float64), scaled by :attr:`scaler`."""
         parts = [torch.as_tensor(rows[c]) for c in self.feature_columns]
-        parts = [p.unsqueeze(1) if p.dim() == 1 else p for p in parts]
-        return torch.cat(parts, dim=1).to(torch.float32)
+        x = torch.cat([p.unsqueeze(1) if p.dim() == 1 else p for p in parts], dim=1)
+        return x.to(torch.float32) if self.scaler is None else self.scaler(x)
+
+    def feature_chunks(self, chunk_rows: int = 16384) -> Iterator[np.ndarray]:
+        """The unscaled features of the split's rows, ``[n, D]`` float64 blocks (what :meth:`FeatureScaler.fit
+        <fccolit.datasets.scaling.FeatureScaler.fit>` reads), as a multiset: the rows are those of the split, each
+        as often as it is selected, but in the order of the table they were selected from. The blocks are read
+        from that table in contiguous slices of ``chunk_rows`` rows: ``datasets``' reads through a selection
+        (a held-out split) of a table of 123 scalar columns took 50 s for 80,000 rows, against 0.13 s this way."""
+        if self.image_column is not None:
+            raise ValueError("ArrowRowsDataset.feature_chunks: an image column has no feature statistics")
+        data = self.table.data.table.select(self.feature_columns)  # pyarrow, every row of the source table
+        indices = getattr(self.table, "_indices", None)
+        counts = None
+        if indices is not None:
+            counts = np.bincount(indices.column(0).to_numpy(), minlength=data.num_rows)
+        for start in range(0, data.num_rows, chunk_rows):
+            x = arrow_features(data.slice(start, chunk_rows), self.feature_columns)
+            yield x if counts is None else np.repeat(x, counts[start : start + chunk_rows], axis=0)
 
     def _images(self, images: Any, indices: Sequence[int]) -> torch.Tensor:
         """``[B, C, H, W]`` float32, normalized (and augmented for a training batch)."""
@@ -111,6 +140,32 @@ class ArrowRowsDataset(Dataset):
             keys = batch_draw_keys(indices)
             x = random_crop_flip(x.contiguous(), self.padding, *(keys or ()))
         return x.float().div(255.0).sub_(self.mean).div_(self.std)
+
+
+def arrow_features(table: Any, columns: Sequence[str]) -> np.ndarray:
+    """``[N, D]`` float64: the columns of the pyarrow ``table`` side by side (a scalar column gives one feature, a
+    list column of equal lengths as many as its lists hold)."""
+    import pyarrow as pa
+
+    parts = []
+    for name in columns:
+        values = table.column(name).combine_chunks()
+        depth = 0
+        while any(test(values.type) for test in (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)):
+            values, depth = values.flatten(), depth + 1
+        flat = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float64)
+        parts.append(flat.reshape(table.num_rows, -1) if depth else flat.reshape(-1, 1))
+    return np.concatenate(parts, axis=1) if parts else np.zeros((table.num_rows, 0))
+
+
+def split_features(table: Any, columns: Sequence[str]) -> np.ndarray:
+    """``[N, D]`` float64: :func:`arrow_features` of the rows of the ``datasets.Dataset`` ``table`` in its order
+    (one Arrow ``take`` through its selection, if it has one)."""
+    data = table.data.table.select(list(columns))
+    indices = getattr(table, "_indices", None)
+    if indices is not None:
+        data = data.take(indices.column(0))
+    return arrow_features(data, columns)
 
 
 def select_rows(per_split: dict[str, Any], positions: Mapping[str, np.ndarray]) -> dict[str, Any]:

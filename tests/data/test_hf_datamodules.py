@@ -74,7 +74,8 @@ def test_binary_parquet_splits_partition_the_rows_stratified_and_batches_carry_t
     frame = _table(binary_file)
     x_file = np.stack(frame["features"].to_numpy()).astype(np.float32)
     dm = HFClassificationDataModule(binary_file, label="label", features="features", val_fraction=0.1,
-                                    test_fraction=0.2, batch_size=20, num_positives=5, cache_dir=tmp_path / "hf")
+                                    test_fraction=0.2, batch_size=20, num_positives=5, cache_dir=tmp_path / "hf",
+                                    feature_scaling="none")  # the file's values, to compare with it
     assert dm.label_values == (-1, 1) and not dm.multilabel
     positives = int((frame["label"] == 1).sum())  # 60
     assert dm.sizes == {"num_samples": 420, "num_positives": 42, "num_negatives": 378, "num_features": 10}
@@ -118,7 +119,7 @@ def test_positive_label_picks_the_class_and_strings_work(tmp_path):
     frame.to_csv(path, index=False)
     dm = HFClassificationDataModule(path, label="label", features=["a", "b"], positive_label="spam",
                                     val_fraction=0.25, test_fraction=0.25, batch_size=4, num_positives=1,
-                                    cache_dir=tmp_path / "hf")
+                                    cache_dir=tmp_path / "hf", feature_scaling="none")
     assert dm.label_values == ("ham", "spam")
     assert dm.sizes["num_positives"] == 5 and dm.sizes["num_features"] == 2
     dm.setup()
@@ -144,7 +145,7 @@ def test_named_splits_of_a_datasetdict_json_files_and_a_saved_folder_are_used_as
         table.to_json(str(folder / f"{name}.jsonl"))
     for source in (splits, tmp_path / "saved", str(folder)):
         dm = HFClassificationDataModule(source, label="y", features="f", batch_size=4, num_positives=2,
-                                        cache_dir=tmp_path / "hf")
+                                        cache_dir=tmp_path / "hf", feature_scaling="none")
         assert {s: len(t) for s, t in dm.tables.items()} == {"train": 30, "val": 9, "test": 12}, source
         dm.setup()
         np.testing.assert_allclose(_all_rows(dm, "val")["x"][:, 0].numpy(), splits["validation"]["f"], rtol=1e-6)
@@ -245,7 +246,7 @@ def test_ltr_lists_gather_a_querys_scattered_rows_and_hold_out_whole_queries(tmp
     path = write_ltr_parquet(tmp_path / "ltr.parquet", num_queries=40, seed=5)
     frame = _table(path)
     dm = HFRankingDataModule(path, query="query", features="features", relevance="relevance", slate_length=12,
-                             num_positives=3, queries_per_batch=4, cache_dir=tmp_path / "hf")
+                             num_positives=3, queries_per_batch=4, cache_dir=tmp_path / "hf", feature_scaling="none")
     lists = dm.lists
     queries = {s: set(lists[s]["qid"].tolist()) for s in lists}
     assert (len(queries["train"]), len(queries["val"]), len(queries["test"])) == (32, 4, 4)
