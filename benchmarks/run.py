@@ -14,6 +14,8 @@ Runs, each writing its ``benchmarks/results/<name>.md``, then assembles ``benchm
   data path (when installed);
 * ``step_overhead.py``: ADAP, PAUCRange, SONEX (with / without MSVR) and SOX step versus plain step over MLP widths
   128 … 2048 (Lightning, table and plot); ``song_step.py``: SONG / K-SONG / SOLC (raw, at MovieLens-20M table sizes);
+* ``health_overhead.py``: the same run with and without the ``TrainingHealth`` callback, side by side (its per-step
+  cost);
 * ``handwritten.py``: the hand-written optimizers, samplers and readers against torch.optim, DistributedSampler, pandas,
   scikit-learn, torchvision, json and datasets on the same work.
 * ``sparse_libsvm.py`` (full runs only: its one size is the news20-shaped file): sparse LIBSVM memory and step time.
@@ -98,6 +100,8 @@ def main() -> None:
             sub(["benchmarks/step_overhead.py", *quick, "--write"])
         if "song_step" not in args.skip:
             sub(["benchmarks/song_step.py", *quick])
+        if "health_overhead" not in args.skip:  # the TrainingHealth callback's per-step cost, with / without it
+            sub(["benchmarks/health_overhead.py", *quick])
         if "metrics_compare" not in args.skip:  # fccolit's metrics against torchmetrics, the validation pictures
             sub(["benchmarks/metrics_compare.py", *quick])
         if "handwritten" not in args.skip:

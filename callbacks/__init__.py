@@ -2,6 +2,7 @@
 
 from fccolit.callbacks.checkpoint import RunCheckpoint
 from fccolit.callbacks.constraints import ConstraintViolationLogger
+from fccolit.callbacks.health import TrainingHealth, TrainingHealthWarning
 from fccolit.callbacks.prediction_writer import PredictionWriter
 from fccolit.callbacks.schedules import HyperParameterSchedule, InverseSqrtSchedule
 from fccolit.callbacks.sox_boost import SOXBoost
@@ -10,4 +11,4 @@ from fccolit.callbacks.stop_gradient import StopGradientSwitch
 from fccolit.callbacks.summary import MetricsSummary, ProgressLines
 from fccolit.callbacks.warmup import WarmUp
 
-__all__ = ["RunCheckpoint", "MetricsSummary", "ProgressLines", "StateHistograms", "PredictionWriter", "HyperParameterSchedule", "InverseSqrtSchedule", "SOXBoost", "ConstraintViolationLogger", "WarmUp", "StopGradientSwitch"]
+__all__ = ["RunCheckpoint", "MetricsSummary", "ProgressLines", "StateHistograms", "PredictionWriter", "HyperParameterSchedule", "InverseSqrtSchedule", "SOXBoost", "ConstraintViolationLogger", "WarmUp", "StopGradientSwitch", "TrainingHealth", "TrainingHealthWarning"]
