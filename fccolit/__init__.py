@@ -16,6 +16,7 @@ The top-level names are imported on first use (PEP 562), so ``import fccolit`` (
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -41,7 +42,11 @@ def _exported() -> dict[str, str]:
 def __getattr__(name: str) -> Any:
     if name == "__all__":
         return ["__version__", *_exported()]
-    module = _SINGLE.get(name) or (_exported().get(name) if not name.startswith("_") else None)
+    if name.startswith("_") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        # a subpackage or module (``from fccolit import distributed``): the import system loads it itself; looking it
+        # up among the exported classes would import the subpackages that are importing it
+        raise AttributeError(f"module 'fccolit' has no attribute {name!r}")
+    module = _SINGLE.get(name) or _exported().get(name)
     if module is None:
         raise AttributeError(f"module 'fccolit' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

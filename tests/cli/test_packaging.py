@@ -18,3 +18,18 @@ def test_every_package_directory_is_listed_in_pyproject():
             package = mapped.get(head, head) + ("." + rest.replace("/", ".") if rest else "")
             found.add(package)
     assert found == listed, f"add to pyproject [tool.setuptools] packages: {sorted(found - listed)}; stale: {sorted(listed - found)}"
+
+
+def test_every_subpackage_imports_first_in_a_new_process():
+    """``import fccolit`` is lazy (its classes load on first use), so each subpackage must import on its own, as the
+    first fccolit import of a process (a subpackage that reached its classes through the top level imported itself in
+    a circle)."""
+    import subprocess
+    import sys
+
+    names = ["algorithms", "objectives", "metrics", "callbacks", "datamodules", "models", "optim", "state", "samplers",
+             "datasets", "io", "testing", "checkpoints", "cli", "console", "resources"]
+    procs = {n: subprocess.Popen([sys.executable, "-c", f"import fccolit.{n}"], stderr=subprocess.PIPE, text=True)
+             for n in names}
+    failed = {n: p.communicate(timeout=300)[1].strip().splitlines()[-1:] for n, p in procs.items()}
+    assert not {n: e for n, e in failed.items() if procs[n].returncode}, failed
