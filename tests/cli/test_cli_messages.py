@@ -188,6 +188,7 @@ def test_every_config_checkpoints_its_selection_metric_in_each_runs_folder(confi
     assert options["monitor"] in {f"val/{m}" for m in metrics} and options["mode"] == "max"
     assert options["save_last"] is True and options["filename"] == "best"
     assert "dirpath" not in options  # each run's own <save_dir>/<name>/version_<k>/checkpoints: nothing shared
+    assert "fccolit.callbacks.TrainingHealth" in [c["class_path"] for c in spec["trainer"]["callbacks"]]  # on by default
     assert spec["trainer"]["logger"]["init_args"]["default_hp_metric"] is False
     header = [line for line in config.read_text().splitlines() if line.startswith("#")]
     assert not any("--ckpt_path" in line and "CKPT" in line for line in header)
