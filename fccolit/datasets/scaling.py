@@ -11,8 +11,12 @@ table the objective never moved (``benchmarks/results/own_data_defaults.md``). T
 * ``"minmax"``: the training range onto [0, 1];
 * ``"none"``: the values as they are.
 
-A feature that is constant on the training split (its minimum equals its maximum) keeps ``scale = 1``, so it is
-shifted but never divided by zero. The statistics are accumulated in float64 over chunks of rows (the merge of
+A feature that is constant on the training split (its minimum equals its maximum) becomes 0 in every split
+(``scale = inf``): nothing is divided by zero, and since training never sees it vary, the weights it meets are never
+trained on it, so its values in other splits would only add noise through them. (With ``scale = 1``, as
+scikit-learn's ``StandardScaler`` keeps such a column, a pixel that is always 0 in training and 16 in a test row
+would add 16 times an untrained weight, and the digits scaled to [0, 1] would no longer train exactly as the raw
+digits do.) The statistics are accumulated in float64 over chunks of rows (the merge of
 per-chunk means and squared deviations of Chan, Golub & LeVeque), so the table is never held in memory whole, and
 the scaled value is computed in float64 and rounded to float32 once. They are a plain dict of tensors
 (:meth:`FeatureScaler.state_dict`), which the DataModules put into every checkpoint: ``test``, ``predict`` and a
@@ -57,8 +61,10 @@ class FeatureScaler:
             raise ValueError(f"FeatureScaler({kind!r}): shift and scale are needed for 'standard' and 'minmax' only")
         self.shift = None if shift is None else torch.as_tensor(shift, dtype=torch.float64).reshape(-1)
         self.scale = None if scale is None else torch.as_tensor(scale, dtype=torch.float64).reshape(-1)
-        if self.scale is not None and not bool((self.scale > 0).all() and torch.isfinite(self.scale).all()):
-            raise ValueError("FeatureScaler: every scale must be finite and positive")
+        if self.scale is not None and not bool((self.scale > 0).all()):  # inf: a constant column (becomes 0)
+            raise ValueError("FeatureScaler: every scale must be positive (inf for a column constant in training)")
+        if self.shift is not None and not bool(torch.isfinite(self.shift).all()):
+            raise ValueError("FeatureScaler: every shift must be finite")
         self.rows = int(rows)
 
     # ------------------------------------------------------------------ fitting
@@ -93,7 +99,7 @@ class FeatureScaler:
             shift, scale = mean, np.sqrt(m2 / count)
         else:
             shift, scale = low, high - low
-        scale = np.where(constant | ~(scale > 0), 1.0, scale)  # a constant column is shifted, never divided by 0
+        scale = np.where(constant | ~(scale > 0), np.inf, scale)  # a constant column becomes 0, never divided by 0
         return cls(kind, torch.from_numpy(shift), torch.from_numpy(scale), rows=count)
 
     # ------------------------------------------------------------------ applying

@@ -65,12 +65,13 @@ def test_the_scaler_equals_numpy_over_chunks_and_keeps_constant_columns_finite()
     np.testing.assert_allclose(chunked.shift.numpy(), x.mean(0), rtol=1e-13)
     np.testing.assert_allclose(chunked.scale.numpy()[:2], x.std(0)[:2], rtol=1e-10)
     np.testing.assert_allclose(one.scale.numpy()[:2], x.std(0)[:2], rtol=1e-12)
-    assert chunked.scale[2] == 1.0 and one.scale[2] == 1.0  # constant (min == max): shifted, not divided
+    assert chunked.scale[2] == np.inf and one.scale[2] == np.inf  # constant (min == max): 0, never divided by 0
     scaled = chunked(torch.from_numpy(x))
     assert scaled.dtype == torch.float32 and torch.isfinite(scaled).all()
     np.testing.assert_allclose(scaled[:, :2].mean(0).numpy(), 0.0, atol=1e-5)
     np.testing.assert_allclose(scaled[:, :2].std(0, unbiased=False).numpy(), 1.0, rtol=1e-5)
-    assert float(scaled[:, 2].abs().max()) < 1e-12
+    assert float(scaled[:, 2].abs().max()) == 0.0
+    assert float(chunked(torch.tensor([[1e4, 3.0, 7.0]]))[0, 2]) == 0.0  # another value in another split: 0 too
     minmax = FeatureScaler.fit("minmax", (x[i : i + 100] for i in range(0, 1000, 100)))
     y = minmax(torch.from_numpy(x))
     assert float(y[:, :2].min()) == 0.0 and float(y[:, :2].max()) == 1.0 and float(y[:, 2].abs().max()) == 0.0
@@ -85,7 +86,7 @@ def test_standard_by_default_from_the_training_split_only_minmax_and_none_on_req
     dm.setup()
     train_raw = _raw(dm, "train")
     mean, std = train_raw.mean(0), train_raw.std(0)
-    std[2] = 1.0  # the constant column
+    std[2] = np.inf  # the constant column: 0 everywhere
     for split in ("train", "val", "test"):  # every split with the training split's statistics
         x = _rows(getattr(dm, f"{split}_dataset"))["x"]
         expected = ((_raw(dm, split) - mean) / std).astype(np.float32)
