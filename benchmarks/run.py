@@ -16,6 +16,7 @@ Runs, each writing its ``benchmarks/results/<name>.md``, then assembles ``benchm
   128 … 2048 (Lightning, table and plot); ``song_step.py``: SONG / K-SONG / SOLC (raw, at MovieLens-20M table sizes);
 * ``health_overhead.py``: the same run with and without the ``TrainingHealth`` callback, side by side (its per-step
   cost);
+* ``feature_scaling.py``: what standardizing a user's feature columns costs the HF DataModules (building, batches);
 * ``handwritten.py``: the hand-written optimizers, samplers and readers against torch.optim, DistributedSampler, pandas,
   scikit-learn, torchvision, json and datasets on the same work.
 * ``sparse_libsvm.py`` (full runs only: its one size is the news20-shaped file): sparse LIBSVM memory and step time.
@@ -102,6 +103,8 @@ def main() -> None:
             sub(["benchmarks/song_step.py", *quick])
         if "health_overhead" not in args.skip:  # the TrainingHealth callback's per-step cost, with / without it
             sub(["benchmarks/health_overhead.py", *quick])
+        if "feature_scaling" not in args.skip:  # the HF DataModules' feature statistics and scaled batches
+            sub(["benchmarks/feature_scaling.py", *(["--rows", "20000"] if args.quick else [])])
         if "metrics_compare" not in args.skip:  # fccolit's metrics against torchmetrics, the validation pictures
             sub(["benchmarks/metrics_compare.py", *quick])
         if "handwritten" not in args.skip:

@@ -18,6 +18,9 @@ class Supervised(FCCOModule):
     Same model, data, optimizer and metrics interface as the FCCO algorithms, so it is the baseline every
     benchmark compares against (and the objective of a warm-up phase).
 
+    Multi-label data trains each task's output on the positions of that task (the batches of
+    :class:`~fccolit.samplers.MultiLabelSampler`), so it is the baseline of the multi-label configs too.
+
     Args:
         pos_weight: weight of the positive class in the BCE (1: unweighted).
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`.
@@ -32,6 +35,11 @@ class Supervised(FCCOModule):
         super().__init__(model, None, **kwargs)
 
     def supervised_loss(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The mean BCE of the batch. A multi-label training batch (a ``task`` field ``[B]``, scores ``[B, T]``:
+        :class:`~fccolit.samplers.MultiLabelSampler`) takes each position's score for its own task."""
+        task = batch.get("task")
+        if task is not None and scores.dim() == 2:
+            scores = scores.gather(1, task.reshape(-1, 1).to(torch.long)).reshape(-1)
         target = batch["y"].reshape(-1).to(scores.dtype)
         weight = None if self.pos_weight == 1.0 else torch.tensor(self.pos_weight, dtype=scores.dtype)
         return F.binary_cross_entropy_with_logits(scores.reshape(-1), target, pos_weight=weight)
