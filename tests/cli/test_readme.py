@@ -38,3 +38,18 @@ def test_readme_names_the_commands_ci_runs():
     text = README.read_text()
     assert "make demo" in text and "make test" in text
     assert "make test" in (README.parent / ".ci" / "run").read_text()
+
+
+def test_the_demos_length_is_one_measured_figure_everywhere():
+    """The README's set-up line and the quickstart config's header state the same figure, the one
+    benchmarks/results/startup.md measured (median of whole `fccolit fit --config quickstart` runs)."""
+    root = README.parent
+    readme = re.search(r"trains the quickstart \((\d+) s on a 2-core CPU, (\d+) s of it start-up\)", README.read_text())
+    header = re.search(r"(\d+) s on a 2-core x86_64 CPU, (\d+) s of it start-up", (root / "configs" / "quickstart.yaml").read_text())
+    measured = re.search(r"`fccolit fit --config quickstart` \(the demo[^|]*\| ([\d.]+) \|",
+                         (root / "benchmarks" / "results" / "startup.md").read_text())
+    startup = re.search(r"--print_config` \(everything before the first step\) \| ([\d.]+) \|",
+                        (root / "benchmarks" / "results" / "startup.md").read_text())
+    assert readme and header and measured and startup
+    assert readme.groups() == header.groups()
+    assert int(readme.group(1)) == round(float(measured.group(1))) and int(readme.group(2)) == round(float(startup.group(1)))
