@@ -9,8 +9,8 @@ epoch's end). For each family:
 * an interrupted trajectory reaches the same final weights, per-index state and optimizer state, bit for bit: a stop
   at ``max_steps`` in the middle of an epoch, then ``--ckpt_path last`` killed with SIGKILL at a random step, then
   ``--ckpt_path last`` stopped by SIGTERM (exit status 143), then ``--ckpt_path last`` to the end;
-* ``test --ckpt_path last`` works in a new process (for the scheduled config too), and ``validate`` / ``predict``
-  with ``best`` from another working folder (``--trainer.default_root_dir``);
+* ``test --ckpt_path last`` works in a new process (for the scheduled config too), and (for the AP and Hugging Face
+  configs) ``validate`` / ``predict`` with ``best`` from another working folder (``--trainer.default_root_dir``);
 
 and two runs of one config started at the same moment keep their own folders and checkpoints.
 """
@@ -173,6 +173,8 @@ def test_evaluation_commands_find_the_checkpoints_in_new_processes(reference, tm
     project, _ = reference
     tested = project.run("test", "--ckpt_path", "last")
     assert "test/" in tested.stdout and "--ckpt_path last:" in tested.stderr + tested.stdout
+    if project.name not in ("libsvm_adap", "hf_sox_binary"):
+        return  # the rest of the path is the same for every family: two of them keep the suite's time down
     elsewhere = tmp_path / "elsewhere"  # another working folder: the runs are found through default_root_dir
     elsewhere.mkdir()
     validated = project.run("validate", "--ckpt_path", "best", "--trainer.default_root_dir", str(project.folder),
