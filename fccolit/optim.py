@@ -61,6 +61,8 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 from torch.optim import Optimizer
 
+from fccolit._checks import check_weight, is_number
+
 __all__ = ["Momentum", "AdaptiveMomentum", "LazyAdam", "SECOND_MOMENT_VARIANTS"]
 
 #: Accepted values of ``AdaptiveMomentum(second_moment=...)``: the four options of ADAP's eq. (13).
@@ -70,30 +72,21 @@ SECOND_MOMENT_VARIANTS = ("adam", "amsgrad", "adagrad", "adabound")
 # --------------------------------------------------------------------------------------------------
 # validation helpers
 # --------------------------------------------------------------------------------------------------
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def _check_lr(lr: Any) -> None:
     if isinstance(lr, torch.Tensor):
         if lr.numel() != 1:
             raise ValueError(f"lr must be a scalar, got a tensor of shape {tuple(lr.shape)}")
         lr = lr.item()
-    if not _is_number(lr) or not math.isfinite(lr) or lr < 0.0:
+    if not is_number(lr) or not math.isfinite(lr) or lr < 0.0:
         raise ValueError(f"Invalid learning rate: {lr!r} (need a finite lr >= 0)")
 
 
 def _check_weight(name: str, value: Any, symbol: str) -> None:
-    if not _is_number(value) or not (0.0 < value <= 1.0):
-        raise ValueError(
-            f"Invalid {name}: {value!r}. It is the paper's {symbol}, the weight of the NEW sample in "
-            f"'new = (1 - {symbol}) * old + {symbol} * sample', and must satisfy 0 < {symbol} <= 1 "
-            f"(torch's momentum/beta is 1 - {symbol})."
-        )
+    check_weight(name, value, symbol, note=f"Torch's momentum / beta is 1 - {symbol}.")
 
 
 def _check_weight_decay(weight_decay: Any) -> None:
-    if not _is_number(weight_decay) or not math.isfinite(weight_decay) or weight_decay < 0.0:
+    if not is_number(weight_decay) or not math.isfinite(weight_decay) or weight_decay < 0.0:
         raise ValueError(f"Invalid weight_decay: {weight_decay!r} (need a finite value >= 0)")
 
 
@@ -355,7 +348,7 @@ class AdaptiveMomentum(_CheckedOptimizer):
         _check_weight("momentum_weight", group["momentum_weight"], "β1")
         _check_weight("second_moment_weight", group["second_moment_weight"], "β'")
         eps = group["eps"]
-        if not _is_number(eps) or not math.isfinite(eps) or eps <= 0.0:
+        if not is_number(eps) or not math.isfinite(eps) or eps <= 0.0:
             raise ValueError(f"Invalid eps: {eps!r} (ADAP's δ; need a finite eps > 0)")
         variant = group["second_moment"]
         if variant not in SECOND_MOMENT_VARIANTS:
@@ -367,7 +360,7 @@ class AdaptiveMomentum(_CheckedOptimizer):
         if variant == "adabound":
             if low is None or high is None:
                 raise ValueError("second_moment='adabound' requires both bound_low (c_l) and bound_high (c_u)")
-            if not _is_number(low) or not _is_number(high) or math.isnan(low) or math.isnan(high):
+            if not is_number(low) or not is_number(high) or math.isnan(low) or math.isnan(high):
                 raise ValueError(f"bound_low and bound_high must be numbers, got {low!r} and {high!r}")
             if not (0.0 < low < high):
                 raise ValueError(
@@ -477,29 +470,53 @@ class LazyAdam(Optimizer):
     Dense gradient: exactly ``torch.optim.Adam`` (bias-corrected, no weight decay). Sparse gradient: exactly
     ``torch.optim.SparseAdam``: the moments of the touched rows only ("lazy": an untouched row's moments do not
     decay), bias correction by the parameter's step count, and ε added before the √(1 − β2^t) correction (so it
-    weighs √(1 − β2^t) times less than in Adam). Written in torch's convention (``betas`` weight the
-    old value). Not for gradient clipping by norm (sparse gradients have no norm in ``clip_grad_norm_``).
+    weighs √(1 − β2^t) times less than in Adam). The weights follow this module's convention (the weight of the
+    **new** sample, as in :class:`AdaptiveMomentum`): torch's ``betas=(b1, b2)`` are ``momentum_weight = 1 − b1``
+    and ``second_moment_weight = 1 − b2``. Not for gradient clipping by norm (sparse gradients have no norm in
+    ``clip_grad_norm_``).
 
     Args:
         params: parameters or parameter groups.
-        lr: step size.
-        betas: ``(β1, β2)`` of torch's Adam.
-        eps: ε added to the denominator.
+        lr: step size η (default 1e-3, torch's).
+        momentum_weight: β1, the weight of the new gradient in the first moment, ``0 < β1 <= 1`` (default 0.1:
+            torch's ``beta1 = 0.9``).
+        second_moment_weight: β', the weight of the new squared gradient in the second moment, ``0 < β' <= 1``
+            (default 0.001: torch's ``beta2 = 0.999``).
+        eps: ε ≥ 0 added to the denominator (default 1e-8).
+
+    Raises:
+        ValueError: ``lr`` is negative or not finite, a weight is outside ``(0, 1]``, or ``eps`` is negative.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.optim import LazyAdam
+        >>> table = torch.nn.Embedding(5, 2, sparse=True)
+        >>> optimizer = LazyAdam(table.parameters(), lr=0.1)
+        >>> before = table.weight.detach().clone()
+        >>> table(torch.tensor([1, 3])).sum().backward()  # a sparse gradient on rows 1 and 3
+        >>> optimizer.step()
+        >>> (table.weight.detach() != before).any(dim=1).tolist()  # only those rows moved
+        [False, True, False, True, False]
     """
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, momentum_weight: float = 0.1,
+                 second_moment_weight: float = 0.001, eps: float = 1e-8) -> None:
         _check_lr(lr)
-        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
-            raise ValueError(f"betas must be in [0, 1), got {betas}")
-        if not eps >= 0.0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps))
+        _check_weight("momentum_weight", momentum_weight, "β1")
+        _check_weight("second_moment_weight", second_moment_weight, "β'")
+        if not (is_number(eps) and eps >= 0.0):
+            raise ValueError(f"Invalid eps: {eps!r} (need eps >= 0)")
+        super().__init__(params, dict(lr=lr, momentum_weight=momentum_weight,
+                                      second_moment_weight=second_moment_weight, eps=eps))
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """Take one update. ``closure`` (optional) re-evaluates the model and returns the loss."""
         loss = _evaluate(closure)
         for group in self.param_groups:
-            lr, (beta1, beta2), eps = _lr_value(group["lr"]), group["betas"], group["eps"]
+            lr, eps = _lr_value(group["lr"]), group["eps"]
+            weight1, weight2 = float(group["momentum_weight"]), float(group["second_moment_weight"])
+            beta1, beta2 = 1.0 - weight1, 1.0 - weight2  # torch's betas, for the bias correction
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -522,16 +539,16 @@ class LazyAdam(Optimizer):
                         return torch.sparse_coo_tensor(index, update, grad.shape, dtype=p.dtype, device=p.device, check_invariants=False)
 
                     old_m, old_v = m.sparse_mask(grad)._values(), v.sparse_mask(grad)._values()
-                    m_update = values.sub(old_m).mul_(1.0 - beta1)  # m ← β1 m + (1 − β1) g on the touched rows
-                    v_update = values.pow(2).sub_(old_v).mul_(1.0 - beta2)
+                    m_update = values.sub(old_m).mul_(weight1)  # m ← (1 − β1) m + β1 g on the touched rows
+                    v_update = values.pow(2).sub_(old_v).mul_(weight2)  # v ← (1 − β') v + β' g² likewise
                     m.add_(sparse(m_update))
                     v.add_(sparse(v_update))
                     numer = m_update.add_(old_m)
                     denom = v_update.add_(old_v).sqrt_().add_(eps)
                     p.add_(sparse(numer.div_(denom).mul_(-lr * math.sqrt(bias2) / bias1)))
                 else:
-                    m.lerp_(grad, 1.0 - beta1)
-                    v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+                    m.lerp_(grad, weight1)
+                    v.mul_(beta2).addcmul_(grad, grad, value=weight2)
                     denom = (v.sqrt() / math.sqrt(bias2)).add_(eps)
                     p.addcdiv_(m, denom, value=-lr / bias1)
         return loss

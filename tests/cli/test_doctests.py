@@ -14,7 +14,8 @@ DOCTESTED = {
     "fccolit.state": ["IndexedState"],
     "fccolit.algorithms.sox": ["SOX"],
     "fccolit.metrics.ranking": ["NDCG"],
-    "fccolit.optim": ["Momentum"],
+    "fccolit.optim": ["Momentum", "LazyAdam"],
+    "fccolit._checks": ["check_weight", "check_choice"],
     "fccolit.metrics.base": [],
 }
 

@@ -572,7 +572,7 @@ def test_lazy_adam_equals_adam_on_dense_and_sparse_adam_on_sparse_gradients():
     table = torch.randn(20, 4, dtype=torch.float64, generator=g)
     ours = [dense.clone().requires_grad_(True), table.clone().requires_grad_(True)]
     ref = [dense.clone().requires_grad_(True), table.clone().requires_grad_(True)]
-    lazy = LazyAdam(ours, lr=0.05, betas=(0.8, 0.95), eps=1e-6)
+    lazy = LazyAdam(ours, lr=0.05, momentum_weight=0.2, second_moment_weight=0.05, eps=1e-6)  # torch's 1 - betas
     adam = torch.optim.Adam([ref[0]], lr=0.05, betas=(0.8, 0.95), eps=1e-6)
     sparse_adam = torch.optim.SparseAdam([ref[1]], lr=0.05, betas=(0.8, 0.95), eps=1e-6)
     for step in range(6):
