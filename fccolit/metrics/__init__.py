@@ -48,18 +48,18 @@ from __future__ import annotations
 
 import re
 
+from fccolit.metrics.accuracy import MulticlassAccuracy
 from fccolit.metrics.base import BatchMetric, EvaluationMetrics
-from fccolit.metrics.classification import (
-    AUROC,
-    BinaryAveragePrecision,
-    MulticlassAccuracy,
-    PartialAUC,
+from fccolit.metrics.classification import AUROC, BinaryAveragePrecision, PartialAUC
+from fccolit.metrics.functional import (
     auroc,
     average_precision,
+    full_ranking_ndcg,
+    ndcg_at_k,
     partial_auc,
     partial_auc_sorted_negatives,
 )
-from fccolit.metrics.ranking import NDCG, FullRankingNDCG, full_ranking_ndcg, ndcg_at_k
+from fccolit.metrics.ranking import NDCG, FullRankingNDCG
 
 __all__ = [
     "BatchMetric",

@@ -75,7 +75,7 @@ class BatchMetric(torchmetrics.Metric):
     def named_curves(self, labels: Sequence[str] | None = None) -> dict[str, Any]:
         """The curves the last ``compute()`` kept beside the value, under keys that say what they describe, so that
         metrics holding the same data give the same key (``"roc"`` or ``"roc/<task>"``: the ROC vertices every binary
-        metric keeps, :class:`~fccolit.metrics.classification.ROCVertices`; ``"ndcg@k"``: NDCG@1..K of the
+        metric keeps, :class:`~fccolit.metrics.functional.ROCVertices`; ``"ndcg@k"``: NDCG@1..K of the
         queries, ``[K]``). Default: none. Global under DDP, as the value (computed from the synchronized states);
         cleared by ``reset``."""
         return {}

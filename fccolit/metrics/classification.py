@@ -1,42 +1,12 @@
-"""Binary classification metrics: exact average precision, AUROC and partial AUC on an FPR range [α, β].
+"""Binary classification metrics as torchmetrics Metrics: exact average precision, AUROC and partial AUC on an FPR
+range, over all samples of all processes (``cat`` states), macro-averaged over tasks for multi-label data.
 
-All functions take raw scores (logits, probabilities, margins: only the order matters, so no sigmoid is
-applied and any strictly increasing transform gives the same value) and binary targets in {0, 1}. They
-are sort-based (O(N log N)), vectorized, run on CPU or CUDA, and count in float64.
-
-The ROC curve used throughout has one vertex per distinct score threshold, ``(FP_t / N-, TP_t / N+)``,
-starting at ``(0, 0)``, with straight segments between vertices. A group of tied scores containing both
-classes gives a diagonal segment, which is the same as counting each tied (positive, negative) pair as
-1/2; ties within one class change nothing. This is the convention of sklearn ``roc_curve`` /
-``roc_auc_score`` and torchmetrics ``binary_roc`` / ``BinaryAUROC``.
-
-Partial AUC. With ``A(a, b) = ∫_a^b TPR(FPR) dFPR`` (the ROC curve above, linearly interpolated at ``a``
-and ``b``):
-
-* ``"raw"``:         ``A(α, β)``, in ``[0, β − α]``;
-* ``"normalized"``:  ``A(α, β) / (β − α)``, in ``[0, 1]`` (what the pAUC papers, e.g. Yao, Lin & Yang, report);
-* ``"mcclish"``:     ``0.5 · (1 + (A(0, β) − β²/2) / (β − β²/2))`` (only for α = 0): McClish's
-  standardization, what ``sklearn.metrics.roc_auc_score(max_fpr=β)`` and torchmetrics
-  ``BinaryAUROC(max_fpr=β)`` return. 0.5 means chance level over the range, 1 a perfect ranking.
-
-Yao, Lin & Yang's empirical definition (eq. (2)) is implemented separately by
-:func:`partial_auc_sorted_negatives`; see there for the exact relation.
-
-References:
-    * Yao, Lin & Yang (NeurIPS 2022): Yao Yao, Qihang Lin and Tianbao Yang, "Large-scale Optimization of Partial
-      AUC in a Range of False Positive Rates", NeurIPS 2022, arXiv:2203.01505.
-    * Wang & Yang (ICML 2022): Bokun Wang and Tianbao Yang, "Finite-Sum Coupled Compositional Stochastic
-      Optimization: Theory and Applications", ICML 2022, arXiv:2202.12396.
-    * Wang et al. (AISTATS 2022): Guanghui Wang, Ming Yang, Lijun Zhang and Tianbao Yang, "Momentum Accelerates
-      the Convergence of Stochastic AUPRC Maximization", AISTATS 2022, arXiv:2107.01173.
-    * Chen et al. (NeurIPS 2025): Xingyu Chen, Bokun Wang, Ming Yang, Qihang Lin and Tianbao Yang, "Stochastic
-      Momentum Methods for Non-smooth Non-Convex Finite-Sum Coupled Compositional Optimization", NeurIPS 2025,
-      arXiv:2506.02504.
+The values, their tie conventions and the references are those of the functional kernels in
+:mod:`fccolit.metrics.functional.classification`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 import torch
@@ -44,314 +14,25 @@ from torch import Tensor
 from torchmetrics.utilities import dim_zero_cat
 
 from fccolit.metrics.base import BatchMetric, per_task_names
+from fccolit.metrics.functional.classification import (
+    _NORMALIZATIONS,
+    ROCVertices,
+    _auroc_of,
+    _average_precision_of,
+    _check_range,
+    _partial_auc_of,
+    _roc_counts,
+    _validate_binary,
+    _validate_multitask,
+)
 
 __all__ = [
-    "average_precision",
-    "auroc",
-    "partial_auc",
-    "partial_auc_sorted_negatives",
     "BinaryAveragePrecision",
     "AUROC",
     "PartialAUC",
-    "MulticlassAccuracy",
-    "ROCVertices",
 ]
 
-_NORMALIZATIONS = ("normalized", "raw", "mcclish")
 
-
-# ----------------------------------------------------------------------------------------------------------
-# input handling
-# ----------------------------------------------------------------------------------------------------------
-def _flatten(x: Tensor, name: str) -> Tensor:
-    if x.ndim == 0:
-        return x.reshape(1)
-    if x.ndim == 1:
-        return x
-    if x.ndim == 2 and x.shape[1] == 1:
-        return x[:, 0]
-    raise ValueError(f"{name} must have shape [N] or [N, 1] (or [N, T] for T tasks), got {tuple(x.shape)}")
-
-
-def _validate_binary(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
-    """Return ``(preds float64 [N], target bool [N])`` on ``preds``' device, or raise ValueError."""
-    if not isinstance(preds, Tensor) or not isinstance(target, Tensor):
-        raise ValueError("preds and target must be torch tensors")
-    preds = _flatten(preds, "preds")
-    target = _flatten(target, "target").to(preds.device)
-    if preds.shape != target.shape:
-        raise ValueError(
-            f"preds and target must hold the same number of samples, got {preds.shape[0]} and {target.shape[0]}"
-        )
-    if preds.is_complex():
-        raise ValueError("preds must be real scores")
-    if preds.is_floating_point():
-        n_nan = int(torch.isnan(preds).sum())
-        if n_nan:
-            raise ValueError(
-                f"preds contains {n_nan} NaN value(s) out of {preds.numel()}: the model produced NaN scores "
-                "(diverged training or a NaN input). The metric is undefined for NaN scores."
-            )
-    if target.dtype != torch.bool:
-        bad = ~((target == 0) | (target == 1))
-        n_bad = int(bad.sum())
-        if n_bad:
-            example = target[bad][0].item()
-            raise ValueError(
-                f"target must be binary with values in {{0, 1}} (bool, int or float); got {n_bad} value(s) "
-                f"outside {{0, 1}}, e.g. {example!r}"
-            )
-        target = target == 1
-    return preds.to(torch.float64), target
-
-
-def _class_counts(target: Tensor) -> tuple[int, int]:
-    n_pos = int(target.sum())
-    return n_pos, int(target.numel()) - n_pos
-
-
-def _require_both_classes(target: Tensor, what: str) -> tuple[int, int]:
-    n_pos, n_neg = _class_counts(target)
-    if n_pos == 0 or n_neg == 0:
-        raise ValueError(f"{what} is undefined without both classes: got {n_pos} positives, {n_neg} negatives")
-    return n_pos, n_neg
-
-
-def _check_range(fpr_min: float, fpr_max: float) -> tuple[float, float]:
-    try:
-        lo, hi = float(fpr_min), float(fpr_max)
-    except (TypeError, ValueError):
-        raise ValueError(f"fpr_min and fpr_max must be numbers, got {fpr_min!r} and {fpr_max!r}") from None
-    if not (0.0 <= lo < hi <= 1.0):
-        raise ValueError(f"need 0 <= fpr_min < fpr_max <= 1, got fpr_min={fpr_min}, fpr_max={fpr_max}")
-    return lo, hi
-
-
-def _snap(x: float, scale: int) -> float:
-    """``x`` with float noise from ``fraction * n`` removed (e.g. ``0.05 * 200`` -> exactly ``10.0``)."""
-    r = round(x)
-    return float(r) if abs(x - r) <= 1e-9 * max(1, scale) else x
-
-
-@dataclass(frozen=True)
-class ROCVertices:
-    """The ROC curve of one binary task in counts: one vertex per distinct score threshold, highest first.
-
-    ``fps[v]``, ``tps[v]`` (float64 ``[V]``, ``fps[0] = tps[0] = 0``): the negatives and positives scored at or
-    above the v-th highest distinct score. Every curve of the task follows from these: the ROC curve
-    (:meth:`roc`), the precision-recall curve (:meth:`precision_recall`), AP, AUROC and pAUC. The binary metrics
-    keep them from their last ``compute()`` (:meth:`BatchMetric.named_curves`), so the curves cost no second pass
-    over the scores.
-    """
-
-    fps: Tensor
-    tps: Tensor
-
-    def __len__(self) -> int:
-        return self.fps.numel()
-
-    @property
-    def num_positives(self) -> int:
-        return int(self.tps[-1])
-
-    @property
-    def num_negatives(self) -> int:
-        return int(self.fps[-1])
-
-    def roc(self) -> tuple[Tensor, Tensor]:
-        """``(fpr [V], tpr [V])`` from ``(0, 0)`` to ``(1, 1)``; a class without samples gives NaN."""
-        return self.fps / self.fps[-1], self.tps / self.tps[-1]
-
-    def precision_recall(self) -> tuple[Tensor, Tensor]:
-        """``(recall [V−1], precision [V−1])`` at every threshold (the vertex at ``(0, 0)``, where nothing is
-        predicted positive and precision is undefined, is left out); AP is ``Σ Δrecall · precision``."""
-        tps, fps = self.tps[1:], self.fps[1:]
-        return tps / self.tps[-1], tps / (tps + fps)
-
-
-def _roc_counts(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
-    """ROC vertices in counts: ``(fps, tps)``, float64 ``[T + 1]``, starting at ``(0, 0)``.
-
-    One vertex per distinct score threshold (scores sorted in decreasing order; the vertex after a tied
-    group counts the whole group).
-    """
-    order = torch.argsort(preds, descending=True)
-    s = preds[order]
-    t = target[order].to(torch.float64)
-    tps = torch.cumsum(t, 0)
-    fps = torch.cumsum(1.0 - t, 0)
-    last = torch.ones_like(s, dtype=torch.bool)
-    last[:-1] = s[1:] != s[:-1]
-    zero = torch.zeros(1, dtype=torch.float64, device=preds.device)
-    return torch.cat([zero, fps[last]]), torch.cat([zero, tps[last]])
-
-
-# ----------------------------------------------------------------------------------------------------------
-# functional metrics
-# ----------------------------------------------------------------------------------------------------------
-def average_precision(preds: Tensor, target: Tensor) -> Tensor:
-    """Exact (non-interpolated) average precision, ``AP = Σ_t (R_t − R_{t−1}) · P_t``.
-
-    ``t`` runs over the distinct score thresholds in decreasing order; ``P_t`` and ``R_t`` are the
-    precision and recall of predicting positive every sample scored ``>= t``. This is sklearn
-    ``average_precision_score`` and torchmetrics ``BinaryAveragePrecision(thresholds=None)``, ties
-    included (a tied group enters as one threshold). Without ties it equals the mean over positives of the
-    precision at that positive's rank, SOAP's AP (Wang & Yang, ICML 2022; Wang et al., AISTATS 2022).
-
-    Args:
-        preds: ``[N]`` or ``[N, 1]`` scores.
-        target: ``[N]`` or ``[N, 1]`` labels in {0, 1} (bool, int or float).
-
-    Returns:
-        0-d float64 tensor. Raises ValueError without positives (AP is 1 with no negatives).
-    """
-    preds, target = _validate_binary(preds, target)
-    n_pos, n_neg = _class_counts(target)
-    if n_pos == 0:
-        raise ValueError(f"average precision is undefined without positives: got 0 positives, {n_neg} negatives")
-    return _average_precision_of(ROCVertices(*_roc_counts(preds, target)))
-
-
-def auroc(preds: Tensor, target: Tensor) -> Tensor:
-    """Area under the ROC curve, ``(1/(N+ N−)) Σ_{i∈+} Σ_{j∈−} (1[s_i > s_j] + ½·1[s_i = s_j])``.
-
-    Computed as the trapezoidal area under the ROC curve (see the module docstring), which is that
-    Mann–Whitney statistic with ties counted as 1/2; equal to sklearn ``roc_auc_score``.
-
-    Returns:
-        0-d float64 tensor. Raises ValueError unless both classes are present.
-    """
-    preds, target = _validate_binary(preds, target)
-    _require_both_classes(target, "AUROC")
-    return _auroc_of(ROCVertices(*_roc_counts(preds, target)))
-
-
-def _roc_area_between(fps: Tensor, tps: Tensor, lo: float, hi: float) -> Tensor:
-    """``∫_lo^hi TP(FP) dFP`` over the piecewise-linear ROC curve, in count units (FP in [0, N−])."""
-    x0, x1, y0, y1 = fps[:-1], fps[1:], tps[:-1], tps[1:]
-    a = x0.clamp(lo, hi)
-    b = x1.clamp(lo, hi)
-    width = b - a
-    dx = x1 - x0
-    slope = torch.where(dx > 0, (y1 - y0) / torch.where(dx > 0, dx, torch.ones_like(dx)), torch.zeros_like(dx))
-    ya = y0 + slope * (a - x0)
-    yb = y0 + slope * (b - x0)
-    return (width * (ya + yb)).sum() / 2.0
-
-
-def partial_auc(
-    preds: Tensor,
-    target: Tensor,
-    fpr_min: float,
-    fpr_max: float,
-    normalization: str = "normalized",
-) -> Tensor:
-    """Partial area under the ROC curve for FPR in ``[fpr_min, fpr_max]``.
-
-    The ROC curve (module docstring) is integrated exactly between the two FPR values, interpolating it
-    linearly where an end falls inside a segment. Ties between the classes appear as diagonal segments, so
-    ``partial_auc(p, y, 0, 1, "raw") == auroc(p, y)`` with ties, and raw areas are additive over adjacent
-    ranges.
-
-    Args:
-        preds, target: as in :func:`auroc`.
-        fpr_min, fpr_max: the FPR range ``0 <= α < β <= 1``.
-        normalization:
-
-            * ``"normalized"`` (default): ``A / (β − α)``, in [0, 1] (the papers' "normalized pAUC").
-            * ``"raw"``: the area ``A`` itself, in ``[0, β − α]``.
-            * ``"mcclish"``: ``0.5 · (1 + (A − β²/2) / (β − β²/2))``, only with ``fpr_min == 0``; equals
-              ``sklearn.metrics.roc_auc_score(max_fpr=β)``. Undo it with ``A = β²/2 + (2·m − 1)(β − β²/2)``.
-
-    Returns:
-        0-d float64 tensor. Raises ValueError unless both classes are present.
-    """
-    if normalization not in _NORMALIZATIONS:
-        raise ValueError(f"normalization must be one of {_NORMALIZATIONS}, got {normalization!r}")
-    lo, hi = _check_range(fpr_min, fpr_max)
-    if normalization == "mcclish" and lo != 0.0:
-        raise ValueError(
-            f"McClish standardization is defined for the range [0, fpr_max] only, got fpr_min={fpr_min}; "
-            "use normalization='normalized' or 'raw'"
-        )
-    preds, target = _validate_binary(preds, target)
-    _require_both_classes(target, "partial AUC")
-    return _partial_auc_of(ROCVertices(*_roc_counts(preds, target)), lo, hi, normalization)
-
-
-def _average_precision_of(roc: ROCVertices) -> Tensor:
-    """:func:`average_precision` from the ROC vertices (at least one positive)."""
-    fps, tps = roc.fps, roc.tps
-    precision = tps[1:] / (tps[1:] + fps[1:])
-    return ((tps[1:] - tps[:-1]) * precision).sum() / roc.num_positives
-
-
-def _auroc_of(roc: ROCVertices) -> Tensor:
-    """:func:`auroc` from the ROC vertices (both classes present)."""
-    fps, tps = roc.fps, roc.tps
-    return ((fps[1:] - fps[:-1]) * (tps[1:] + tps[:-1])).sum() / (2.0 * roc.num_positives * roc.num_negatives)
-
-
-def _partial_auc_of(roc: ROCVertices, lo: float, hi: float, normalization: str) -> Tensor:
-    """:func:`partial_auc` from the ROC vertices (both classes present; range and normalization checked)."""
-    n_pos, n_neg = roc.num_positives, roc.num_negatives
-    area = _roc_area_between(roc.fps, roc.tps, _snap(lo * n_neg, n_neg), _snap(hi * n_neg, n_neg)) / (n_pos * n_neg)
-    if normalization == "raw":
-        return area
-    if normalization == "normalized":
-        return area / (hi - lo)
-    min_area = 0.5 * hi * hi
-    return 0.5 * (1.0 + (area - min_area) / (hi - min_area))
-
-
-def partial_auc_sorted_negatives(preds: Tensor, target: Tensor, fpr_min: float, fpr_max: float) -> Tensor:
-    """The pAUC papers' empirical normalized pAUC on ``[α, β]`` (Yao, Lin & Yang, NeurIPS 2022, eq. (2)), from the
-    sorted negatives.
-
-    With the negatives sorted by decreasing score, ``s_[1] >= s_[2] >= ... >= s_[N−]``, ``m = N−·α`` and
-    ``n = N−·β`` (eq. (2) assumes both integers)::
-
-        pAUC(α, β) = 1/(N+ (n − m)) · Σ_{i∈+} Σ_{j=m+1}^{n} 1[s_i > s_[j]]
-
-    i.e. among the negatives ranked ``m+1..n`` (1-based, highest score first) the fraction of
-    (positive, negative) pairs ordered correctly. The comparison is **strict** (a tie counts 0, eq. (1) of
-    the paper); which of several tied negatives gets which rank does not matter because the count only
-    depends on the value ``s_[j]``.
-
-    Non-integer ``m`` or ``n``: negative ``j`` gets the weight ``|[j−1, j] ∩ [m, n]|`` (the boundary
-    negatives count fractionally); this is eq. (2) when ``m, n`` are integers. (Float noise such as
-    ``0.05 · 200 = 10.000000000000002`` is snapped to the integer.)
-
-    Relation to :func:`partial_auc`: without ties between a positive and a negative the ROC curve is a
-    staircase whose height over ``[(j−1)/N−, j/N−]`` is ``#{i∈+ : s_i > s_[j]}/N+``, so the ROC area
-    ``A(α, β) = (1/(N+ N−)) Σ_j w_j #{i : s_i > s_[j]}`` and
-
-        ``partial_auc_sorted_negatives(p, y, α, β) == partial_auc(p, y, α, β, "normalized")
-        == partial_auc(p, y, α, β, "raw") / (β − α)``
-
-    (exactly for integer ``N−α``, ``N−β`` as eq. (2) states, and with the fractional weights also for
-    non-integer ones). With positive/negative ties this value is lower: ties count 0 here and 1/2 there.
-
-    Returns:
-        0-d float64 tensor in [0, 1]. Raises ValueError unless both classes are present.
-    """
-    lo, hi = _check_range(fpr_min, fpr_max)
-    preds, target = _validate_binary(preds, target)
-    n_pos, n_neg = _require_both_classes(target, "partial AUC")
-    m = _snap(lo * n_neg, n_neg)
-    n = _snap(hi * n_neg, n_neg)
-    neg = torch.sort(preds[~target], descending=True).values  # s_[1] >= ... >= s_[N-]
-    pos = torch.sort(preds[target]).values
-    # number of positives scored strictly above each negative
-    above = n_pos - torch.searchsorted(pos, neg, right=True)
-    j = torch.arange(1, n_neg + 1, dtype=torch.float64, device=preds.device)
-    weight = (torch.clamp(j, max=n) - torch.clamp(j - 1.0, min=m)).clamp_min(0.0)
-    return (weight * above.to(torch.float64)).sum() / (n_pos * (n - m))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# torchmetrics classes
-# ----------------------------------------------------------------------------------------------------------
 class _BinaryCatMetric(BatchMetric):
     """Keeps every (score, label) pair in ``cat`` states, so the metric is computed once on all samples of
     all processes: the global value under DDP is exact, whatever the shard sizes.
@@ -465,20 +146,6 @@ class _BinaryCatMetric(BatchMetric):
         return {name: roc for name, roc in zip(names, self._roc) if roc is not None}
 
 
-def _validate_multitask(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
-    """Return ``(preds float64 [N, T], target long [N, T] in {-1, 0, 1})``, or raise ValueError."""
-    if not isinstance(target, Tensor) or target.shape != preds.shape:
-        shape = tuple(target.shape) if isinstance(target, Tensor) else type(target).__name__
-        raise ValueError(f"multi-task preds {tuple(preds.shape)} need a target of the same shape [N, T], got {shape}")
-    if preds.is_floating_point() and bool(torch.isnan(preds).any()):
-        raise ValueError("preds contains NaN values: the model produced NaN scores; the metric is undefined")
-    target = target.to(preds.device)
-    bad = ~((target == 0) | (target == 1) | (target == -1))
-    if bool(bad.any()):
-        raise ValueError(f"multi-task target values must be 1, 0 or -1 (unlabeled), got e.g. {target[bad][0].item()!r}")
-    return preds.to(torch.float64), target.to(torch.long)
-
-
 class BinaryAveragePrecision(_BinaryCatMetric):
     """Exact average precision over all samples seen (see :func:`average_precision`).
 
@@ -525,63 +192,3 @@ class PartialAUC(_BinaryCatMetric):
 
     def _value_of(self, roc: ROCVertices) -> Tensor:
         return _partial_auc_of(roc, self.fpr_min, self.fpr_max, self.normalization)
-
-
-class MulticlassAccuracy(BatchMetric):
-    """Top-1 accuracy of ``[N, C]`` class scores against class labels, over all samples of all processes.
-
-    Labels ``[N]`` (or ``[N, 1]``; long in ``[0, C)``); sum states: exact under DDP. From an evaluation batch:
-    ``update(scores, batch["y"])``. ``compute()`` returns the overall accuracy and keeps each class's accuracy (its
-    recall: correct / samples of that class; NaN for a class never seen) in :attr:`per_task` ``[C]``;
-    :meth:`named_values` returns both, which the algorithm modules log as ``{stage}/accuracy`` and
-    ``{stage}/accuracy/<class>`` (e.g. the target class of the continual-learning task, whose change is the
-    target-task accuracy improvement plotted by Chen et al., NeurIPS 2025, Figure 3).
-
-    Args:
-        num_classes: C, sizes the states up front (the algorithm modules pass the data's ``num_classes``); None
-            takes it from the first batch — then every process must see an evaluation batch before the DDP reduction.
-    """
-
-    inputs = ("y",)
-    is_differentiable = False
-    higher_is_better = True
-    full_state_update = False
-
-    def __init__(self, num_classes: int | None = None, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.num_classes = num_classes
-        self.add_state("correct", default=torch.zeros(num_classes or 0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("total", default=torch.zeros(num_classes or 0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.per_task: Tensor | None = None
-
-    def update(self, preds: Tensor, target: Tensor) -> None:  # type: ignore[override]
-        if target.ndim == 2 and target.shape[1] == 1:
-            target = target[:, 0]
-        if preds.ndim != 2 or target.ndim != 1 or target.shape[0] != preds.shape[0]:
-            raise ValueError(f"accuracy takes scores [N, C] and class labels [N], got {tuple(preds.shape)} and {tuple(target.shape)}")
-        num_classes = preds.shape[1]
-        if self.total.numel() == 0:  # the width comes from the first batch (the same on every rank)
-            self.correct = torch.zeros(num_classes, dtype=torch.float64, device=preds.device)
-            self.total = torch.zeros(num_classes, dtype=torch.float64, device=preds.device)
-        if self.total.numel() != num_classes:
-            raise ValueError(f"accuracy: scores have {num_classes} classes, earlier batches had {self.total.numel()}")
-        target = target.to(preds.device).long()
-        if bool(((target < 0) | (target >= num_classes)).any()):
-            raise ValueError(f"accuracy: class labels must be in [0, {num_classes}), got e.g. {target[(target < 0) | (target >= num_classes)][0].item()}")
-        hit = (preds.argmax(1) == target).to(torch.float64)
-        # out of place: states reset inside trainer.validate (inference mode) must not be updated in place later
-        self.correct = self.correct.index_add(0, target, hit)
-        self.total = self.total.index_add(0, target, torch.ones_like(hit))
-
-    def compute(self) -> Tensor:
-        if float(self.total.sum()) == 0:
-            raise ValueError("accuracy is undefined without samples")
-        self.per_task = self.correct / self.total  # NaN for a class never seen
-        return self.correct.sum() / self.total.sum()
-
-    def named_values(self, name: str, labels: Sequence[str] | None = None) -> dict[str, Tensor]:
-        """``{name: overall accuracy}`` and ``{name/<class>: the class's accuracy}`` (``labels`` name the classes,
-        else their index)."""
-        values = {name: self.compute()}
-        values.update(zip(per_task_names(name, len(self.per_task), labels), self.per_task.unbind()))
-        return values

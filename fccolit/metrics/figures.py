@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fccolit.metrics.classification import ROCVertices, _auroc_of, _average_precision_of
+from fccolit.metrics.functional.classification import ROCVertices, _auroc_of, _average_precision_of
 
 __all__ = [
     "MAX_POINTS",

@@ -22,7 +22,8 @@ from fccolit.datamodules.netflix import NetflixDataModule
 from fccolit.datasets.recommendation import build_recommendation_arrays
 from fccolit.io.csr import ideal_dcg
 from fccolit.io.ratings import Ratings, read_movielens_ratings, read_netflix_probe, read_netflix_ratings
-from fccolit.metrics.ranking import FullRankingNDCG, ndcg_at_k
+from fccolit.metrics.functional import ndcg_at_k
+from fccolit.metrics.ranking import FullRankingNDCG
 from fccolit.testing import write_movielens_ratings, write_netflix_quirks, zip_bytes
 
 ML_SMALL = SHARED_DATA / "movielens-ml-latest-small"

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fccolit.metrics import FullRankingNDCG, full_ranking_ndcg
-from fccolit.metrics.ranking import _full_ranking_ndcg_prefix, _heldout_gain_lookup, _lookup_gains
+from fccolit.metrics.functional.ranking import _full_ranking_ndcg_prefix, _heldout_gain_lookup, _lookup_gains
 
 
 def dense_reference(scores, heldout, rel, exclude, k, gain="exp2", empty="zero"):
