@@ -128,22 +128,24 @@ class SOXFamily(FCCOModule):
                 self.objective.inner_dim, name="u", decay_unsampled=self.decay_unsampled, initial=self.initial_state
             )
 
-    def sampled_rows(self, inner: InnerBatch) -> int:
+    def sampled_rows(self, inner: InnerBatch, synced: bool) -> int:
         """B1: the number of outer indices sampled this step, over the global batch (identical on every rank)."""
         count = inner.index.numel()
-        if self.synced or not distributed.is_distributed():
+        if synced or not distributed.is_distributed():
             return count
         total = torch.tensor([count], dtype=torch.long, device=inner.index.device)
         torch.distributed.all_reduce(total)
         return int(total.item())
 
-    def update_state(self, inner: InnerBatch) -> StateUpdate:
-        """The moving average ``u_i ← Π_Ω[(1 − γ) u_i + γ s ĝ_i]`` with s = ``n/B1`` when ``scale_by_n_over_B1``
-        (MOAP), else 1; γ checked every step (a schedule may set it)."""
-        _check_weight("ema_weight", self.ema_weight, "γ")
-        state = self.tracked.state
-        scale = state.num_rows / self.sampled_rows(inner) if self.scale_by_n_over_B1 else 1.0
-        return state.update(inner.index, inner.value, ema_weight=self.ema_weight, sample_scale=scale, synced=self.synced)
+    def sample_scale(self, state: IndexedState, inner: InnerBatch, synced: bool) -> float:
+        """s, the factor of the new estimate: ``n/B1`` with ``scale_by_n_over_B1``, else 1."""
+        if not self.scale_by_n_over_B1:
+            return 1.0
+        return state.num_rows / self.sampled_rows(inner, synced)
+
+    def update_state(self, state: IndexedState, inner: InnerBatch, synced: bool) -> StateUpdate:
+        _check_weight("ema_weight", self.ema_weight, "γ")  # a schedule may have set it
+        return super().update_state(state, inner, synced)
 
     # ------------------------------------------------------------------ optimizer
     def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
