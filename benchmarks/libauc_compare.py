@@ -20,7 +20,7 @@ torch_geometric and is not used). When ``import libauc`` fails every LibAUC colu
    ``movielens.py`` is loaded from its file (``ranking_data.libauc_movielens``).
 3. Full-ranking NDCG@{10,20,50} of every user over every item on a MovieLens-20M-sized generated problem (138,493
    users × 26,744 items, 5 held-out graded items per user, the user's training items excluded): ours = NeuMF
-   ``score_all`` + :class:`fccolit.metrics.FullRankingNDCG` over user chunks (never users × items at once);
+   ``score_all`` + :class:`fccolit.metrics.FullRankingNDCGScore` over user chunks (never users × items at once);
    LibAUC = the same scores in its evaluation layout (held-out items first, then the candidates) and
    ``libauc.metrics.ndcg_at_k``, over a subset of users (its per-user cost is constant, so its time for all users
    is that subset's time scaled by the user count; stated in the table). Values compared on the subset.
@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fccolit.algorithms import SOAP, SONG  # noqa: E402
 from fccolit.datamodules import SyntheticBinaryDataModule  # noqa: E402
-from fccolit.metrics import FullRankingNDCG  # noqa: E402
+from fccolit.metrics import FullRankingNDCGScore  # noqa: E402
 from fccolit.models import MLP  # noqa: E402
 from fccolit.models.neumf import NeuMF  # noqa: E402
 from fccolit.objectives import AveragePrecision  # noqa: E402
@@ -310,7 +310,7 @@ def compare_eval(quick: bool) -> dict:
     evaluate_users = 1_024 if quick else users
 
     def ours(n_users: int):
-        metric = FullRankingNDCG(ks)
+        metric = FullRankingNDCGScore(ks)
         for s in range(0, n_users, chunk):
             q = torch.arange(s, min(s + chunk, n_users))
             metric.update(model.score_all(q), held[q], relevance[q], exclude[q])
@@ -337,7 +337,7 @@ def compare_eval(quick: bool) -> dict:
     scored = [model.score_all(q) for q in chunks]
     scoring_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    metric = FullRankingNDCG(ks)
+    metric = FullRankingNDCGScore(ks)
     for q, scores in zip(chunks, scored):
         metric.update(scores, held[q], relevance[q], exclude[q])
     ours_subset = {k: float(v) for k, v in metric.compute().items()}

@@ -9,11 +9,11 @@ One torch thread, every pair timed interleaved call by call (``timing.interleave
    ``BinaryAUROC`` (float32; pAUC only as McClish's ``max_fpr``), with the largest difference of the values;
 2. NDCG@10 of 2,000 lists of 100 items (graded relevance 0..2, gain 2^y − 1): ``NDCG`` against
    ``RetrievalNormalizedDCG`` fed ``2^y − 1`` and query indexes;
-3. top-1 accuracy of 200,000 × 10 scores, overall and per class: ``MulticlassAccuracy`` against torchmetrics'
+3. top-1 accuracy of 200,000 × 10 scores, overall and per class: ``AccuracyScore`` against torchmetrics'
    ``MulticlassAccuracy`` twice (``average="micro"`` and ``average=None``);
 4. the validation pictures on 100,000 scores: ``compute()`` of AP + AUROC + pAUC (what a validation costs already)
    against the PR and ROC figures and the PR-curve plugin written to a ``SummaryWriter``; the NDCG@k figure;
-5. the cost of keeping NDCG@j for every j <= k: ``NDCG(k=10).update`` and ``FullRankingNDCG((5, 10, 20, 50)).update``
+5. the cost of keeping NDCG@j for every j <= k: ``NDCGScore(top_k=10).update`` and ``FullRankingNDCGScore((5, 10, 20, 50)).update``
    (1,024 users × 20,000 items, 50 excluded each) against the same metrics of ``--previous-ranking`` (a former
    ``fccolit/metrics/ranking.py``, e.g. ``git show 4c1383b~1:fccolit/metrics/ranking.py``), skipped without it.
 
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torchmetrics  # noqa: E402
 from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 
-from fccolit.metrics import AUROC, NDCG, BinaryAveragePrecision, FullRankingNDCG, MulticlassAccuracy, PartialAUC  # noqa: E402
+from fccolit.metrics import AccuracyScore, APScore, AUROCScore, FullRankingNDCGScore, NDCGScore, PartialAUCScore  # noqa: E402
 from fccolit.metrics.figures import log_curve_figures  # noqa: E402
 from timing import interleaved_medians, machine, write_result  # noqa: E402
 
@@ -54,9 +54,9 @@ def binary(n: int, repeats: int, g: torch.Generator) -> list[str]:
     y = (torch.rand(n, generator=g) < 0.05).long()
     s = torch.randn(n, generator=g) + y
     pairs = {
-        "AP": (lambda: BinaryAveragePrecision(), lambda: torchmetrics.classification.BinaryAveragePrecision()),
-        "AUROC": (lambda: AUROC(), lambda: torchmetrics.classification.BinaryAUROC()),
-        "pAUC [0, 0.1], McClish": (lambda: PartialAUC(0.0, 0.1, "mcclish"),
+        "AP": (lambda: APScore(), lambda: torchmetrics.classification.BinaryAveragePrecision()),
+        "AUROC": (lambda: AUROCScore(), lambda: torchmetrics.classification.BinaryAUROC()),
+        "pAUC [0, 0.1], McClish": (lambda: PartialAUCScore(0.0, 0.1, "mcclish"),
                                    lambda: torchmetrics.classification.BinaryAUROC(max_fpr=0.1)),
     }
     rows = []
@@ -74,7 +74,7 @@ def ranking_lists(repeats: int, g: torch.Generator) -> str:
     rel = torch.randint(0, 3, (q, length), generator=g)
     index = torch.arange(q)[:, None].expand(q, length).reshape(-1)
     gains = (2 ** rel - 1).reshape(-1)
-    ours = lambda _: filled(NDCG(k=10), p, rel).compute()  # noqa: E731
+    ours = lambda _: filled(NDCGScore(top_k=10), p, rel).compute()  # noqa: E731
     theirs = lambda _: filled(torchmetrics.retrieval.RetrievalNormalizedDCG(top_k=10), p.reshape(-1), gains,  # noqa: E731
                               index).compute()
     t = timed({"ours": ours, "tm": theirs}, repeats)
@@ -87,7 +87,7 @@ def accuracy(repeats: int, g: torch.Generator) -> str:
     scores, labels = torch.randn(n, c, generator=g), torch.randint(0, c, (n,), generator=g)
 
     def ours(_):
-        metric = filled(MulticlassAccuracy(c), scores, labels)
+        metric = filled(AccuracyScore(c), scores, labels)
         return metric.compute(), metric.per_task
 
     def theirs(_):
@@ -104,11 +104,11 @@ def pictures(repeats: int, g: torch.Generator) -> list[str]:
     n = 100_000
     y = (torch.rand(n, generator=g) < 0.05).long()
     s = torch.randn(n, generator=g) + y
-    metrics = [BinaryAveragePrecision(), AUROC(), PartialAUC(0.05, 0.5)]
+    metrics = [APScore(), AUROCScore(), PartialAUCScore(0.05, 0.5)]
     for m in metrics:
         for start in range(0, n, 1024):
             m.update(s[start:start + 1024], y[start:start + 1024])
-    ndcg = filled(NDCG(k=10), torch.randn(500, 50, generator=g), torch.randint(0, 3, (500, 50), generator=g))
+    ndcg = filled(NDCGScore(top_k=10), torch.randn(500, 50, generator=g), torch.randint(0, 3, (500, 50), generator=g))
     ndcg.compute()
     with tempfile.TemporaryDirectory() as logs:
         writer = SummaryWriter(logs)
@@ -138,14 +138,14 @@ def curve_states(previous: str | None, repeats: int, g: torch.Generator) -> list
     scores = torch.randn(users, items, generator=g)
     heldout, relevance = torch.randint(0, items, (users, 1), generator=g), torch.ones(users, 1)
     exclude = torch.randint(0, items, (users, 50), generator=g)
-    lists = timed({"old": lambda _: filled(old.NDCG(k=10), p, rel), "new": lambda _: filled(NDCG(k=10), p, rel)},
+    lists = timed({"old": lambda _: filled(old.NDCG(k=10), p, rel), "new": lambda _: filled(NDCGScore(top_k=10), p, rel)},
                   repeats)
     full = timed({"old": lambda _: filled(old.FullRankingNDCG((5, 10, 20, 50)), scores, heldout, relevance, exclude),
-                  "new": lambda _: filled(FullRankingNDCG((5, 10, 20, 50)), scores, heldout, relevance, exclude)},
+                  "new": lambda _: filled(FullRankingNDCGScore((5, 10, 20, 50)), scores, heldout, relevance, exclude)},
                  repeats)
-    return [f"| `NDCG(k=10).update`, 2,000 lists of 100 | {lists['old']:.1f} | {lists['new']:.1f} | "
+    return [f"| `NDCGScore(top_k=10).update`, 2,000 lists of 100 | {lists['old']:.1f} | {lists['new']:.1f} | "
             f"{lists['new'] / lists['old']:.2f} |",
-            f"| `FullRankingNDCG((5, 10, 20, 50)).update`, {users:,} users × {items:,} items | {full['old']:.1f} | "
+            f"| `FullRankingNDCGScore((5, 10, 20, 50)).update`, {users:,} users × {items:,} items | {full['old']:.1f} | "
             f"{full['new']:.1f} | {full['new'] / full['old']:.2f} |"]
 
 

@@ -9,7 +9,7 @@ excluded from the ranking. Scores are those of a matrix-factorization model with
 would make scoring all users take over an hour, and the metric's cost does not depend on where the scores come
 from. Scoring is shared by both paths and not timed; only the metric is.
 
-* fccolit: :class:`fccolit.metrics.FullRankingNDCG` ``update`` on chunks of 1,024 users (all users; 8,192 with
+* fccolit: :class:`fccolit.metrics.FullRankingNDCGScore` ``update`` on chunks of 1,024 users (all users; 8,192 with
   ``--quick``): one ``topk`` per chunk and a binary search of the top-k items in the user's held-out ids.
 * LibAUC 2.0.1: the same scores in its evaluation layout (held-out items first, then the non-excluded candidates)
   and ``libauc.metrics.ndcg_at_k`` per cut-off, on chunks of 256 of the first users (4,096; 512 with ``--quick``);
@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fccolit.metrics import FullRankingNDCG  # noqa: E402
+from fccolit.metrics import FullRankingNDCGScore  # noqa: E402
 from timing import machine, write_result  # noqa: E402
 
 USERS, ITEMS, HELDOUT, TRAIN_PER_USER = 138_493, 26_744, 5, 100
@@ -91,7 +91,7 @@ def run(quick: bool, previous: str | None) -> dict:
     libauc_users = 512 if quick else 4_096
     chunk, libauc_chunk = 1_024, 256
     result = {"ours_users": ours_users, "libauc_users": libauc_users, "scoring_s": 0.0, "ours_s": 0.0}
-    metric = FullRankingNDCG(KS)
+    metric = FullRankingNDCGScore(KS)
     old_metric = load_previous(previous)(KS) if previous else None
     result["previous_s"] = 0.0
     with torch.no_grad():
@@ -118,7 +118,7 @@ def run(quick: bool, previous: str | None) -> dict:
             result["skip"] = f"LibAUC skipped: `import libauc` failed ({err})"
             return result
         totals = {k: 0.0 for k in KS}
-        subset = FullRankingNDCG(KS)
+        subset = FullRankingNDCGScore(KS)
         chunks = [torch.arange(s, s + libauc_chunk) for s in range(0, libauc_users, libauc_chunk)]
         scored = [model.score_all(q) for q in chunks]
         t0 = time.perf_counter()

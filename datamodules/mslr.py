@@ -34,7 +34,7 @@ https://github.com/allegro/allRank):
 Queries without a relevant document (about 3% of MSLR's): they have no (query, relevant document) pair, so they
 are never drawn for training (they keep their query ids). In evaluation they are kept by default
 (``empty_queries="keep"``, counted in :attr:`empty_queries`): the metric's own policy scores them (0 with
-:class:`fccolit.metrics.NDCG`'s default ``empty="zero"``, 1 with allRank's convention ``empty="one"``);
+:class:`fccolit.metrics.NDCGScore`'s default ``empty_query="zero"``, 1 with allRank's convention ``empty_query="one"``);
 ``empty_queries="drop"`` removes them from the evaluation batches.
 """
 

@@ -26,7 +26,7 @@ except PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
 #: the subpackages whose ``__all__`` the top level re-exports, and single names from others
-_EXPORTING = ("fccolit.algorithms", "fccolit.objectives", "fccolit.metrics")
+_EXPORTING = ("fccolit.algorithms", "fccolit.objectives")
 _SINGLE = {"IndexedState": "fccolit.state", "StateUpdate": "fccolit.state", "Momentum": "fccolit.optim",
            "AdaptiveMomentum": "fccolit.optim"}
 

@@ -301,7 +301,7 @@ def check_metrics(module: FCCOModule, datamodule: FCCODataModule) -> None:
     if not batches:
         return
     entries = list(module.metrics["val"].named_metrics())
-    # a metric may log other names than its own (FullRankingNDCG logs every cut-off's, its ``names``)
+    # a metric may log other names than its own (FullRankingNDCGScore logs every cut-off's, its ``names``)
     logged = {n for name, m in entries if any(m.reads(b) for b in batches) for n in (name, *getattr(m, "names", ()))}
     for name, metric in entries:
         if name in logged:

@@ -57,7 +57,7 @@ from common import Claim, Stopwatch, claim_table, header, save_plot, shared_data
 from fccolit.algorithms.sox import ADAP, MOAPV2, SOAP
 from fccolit.callbacks.schedules import InverseSqrtSchedule
 from fccolit.datamodules.libsvm import LibSVMDataModule
-from fccolit.metrics import average_precision
+from fccolit.metrics.functional import ap_score
 from fccolit.models import LinearScorer
 from fccolit.objectives import AveragePrecision
 from fccolit.optim import AdaptiveMomentum, Momentum
@@ -167,7 +167,7 @@ def load_splits(data_dir: Path, cache: Path) -> dict[str, torch.Tensor]:
 
 def ap_of(module, x, y) -> float:
     with torch.no_grad():
-        return float(average_precision(module.model(x), y))
+        return float(ap_score(module.model(x), y))
 
 
 def run(setting: Setting, seed: int, keep_weights: bool = False) -> dict:

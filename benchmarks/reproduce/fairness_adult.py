@@ -65,7 +65,7 @@ from fccolit.algorithms.alexr2 import ALEXR2
 from fccolit.algorithms.sonex import SONX, PenaltySOX
 from fccolit.callbacks.constraints import ConstraintViolationLogger
 from fccolit.datamodules.fairness import FairnessDataModule
-from fccolit.metrics import auroc
+from fccolit.metrics.functional import auroc_score
 from fccolit.models import MLP
 from fccolit.objectives.constrained import ROCFairnessAUC
 from fccolit.optim import AdaptiveMomentum, Momentum
@@ -141,7 +141,7 @@ class Curves(Callback):
         train = self.logger_cb.last["train"]
         val = self.logger_cb.last.get("val", {})
         self.rows.append({
-            "train_auroc": float(auroc(scores, self.train_y)),
+            "train_auroc": float(auroc_score(scores, self.train_y)),
             "train_max_violation": train["train/max_violation"],
             "train_constraints": [train[f"train/constraint_{i}"] for i in range(14)],
             "val_auroc": float(trainer.callback_metrics.get("val/auroc", float("nan"))),

@@ -27,7 +27,7 @@ from lightning.pytorch import Callback, Trainer  # noqa: E402
 
 from fccolit.data import binary_fields, binary_sizes  # noqa: E402
 from fccolit.datamodules.libsvm import LibSVMDataModule  # noqa: E402
-from fccolit.metrics import average_precision, partial_auc  # noqa: E402
+from fccolit.metrics.functional import ap_score, partial_auc_score  # noqa: E402
 from fccolit.models import LinearScorer  # noqa: E402
 
 BATCH, POSITIVES = 200, 100  # I + J, I (Yao, Lin & Yang, NeurIPS 2022, Appendix E.2)
@@ -161,9 +161,9 @@ def evaluate(score: Callable[[torch.Tensor], torch.Tensor], splits: dict, which=
             out.update({f"{split}/{k}": math.nan for k in (*RANGES, "auroc", "ap")})
             continue
         for key, (lo, hi) in RANGES.items():
-            out[f"{split}/{key}"] = float(partial_auc(s, y, lo, hi))
-        out[f"{split}/auroc"] = float(partial_auc(s, y, 0.0, 1.0))
-        out[f"{split}/ap"] = float(average_precision(s, y))
+            out[f"{split}/{key}"] = float(partial_auc_score(s, y, lo, hi))
+        out[f"{split}/auroc"] = float(partial_auc_score(s, y, 0.0, 1.0))
+        out[f"{split}/ap"] = float(ap_score(s, y))
     return out
 
 

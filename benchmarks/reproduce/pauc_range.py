@@ -194,7 +194,7 @@ def main() -> None:
 
 
 PROTOCOL = ("Protocol: `benchmarks/reproduce/pauc_range.py` docstring. {steps} batches of 100 + 100 per run; "
-            "pAUC = normalised partial AUC on FPR [0.05, 0.5] (`fccolit.metrics.partial_auc`), test = `a9a.t` "
+            "pAUC = normalised partial AUC on FPR [0.05, 0.5] (`fccolit.metrics.functional.partial_auc_score`), test = `a9a.t` "
             "(clean labels). The paper's linear results are on CheXpert features (not available): its numbers are "
             "not comparable, so the paper column is — and each claim is checked as an ordering or a spread. "
             "± is the standard deviation over seeds (ddof = 0).")

@@ -158,19 +158,19 @@ def threshold_report(module, datamodule) -> dict:
 def popularity() -> dict:
     """Test / validation NDCG@k of ranking the items by their number of training ratings."""
     from fccolit.datamodules.movielens import MovieLensDataModule
-    from fccolit.metrics import FullRankingNDCG
+    from fccolit.metrics import FullRankingNDCGScore
 
     dm = MovieLensDataModule(root=C.shared_data(DATA), cache_dir=CACHE / "data", protocol="paper", relevance="graded")
     dm.setup()
     counts = torch.from_numpy(np.bincount(np.asarray(dm._arrays["train_items"]), minlength=dm.num_items).astype(np.float32))
     out = {}
     for split, loader in (("val", dm.val_dataloader()), ("test", dm.test_dataloader())):
-        metric, per_user = FullRankingNDCG(CUTOFFS), []
+        metric, per_user = FullRankingNDCGScore(CUTOFFS), []
         for batch in loader:
             metric.update(counts.expand(batch["query"].numel(), -1), batch["heldout_items"], batch["heldout_relevance"],
                           batch["exclude_items"])
             for u in range(batch["query"].numel()):  # one user at a time: the spread of the per-user values
-                one = FullRankingNDCG((10,))
+                one = FullRankingNDCGScore((10,))
                 one.update(counts[None], batch["heldout_items"][u:u + 1], batch["heldout_relevance"][u:u + 1],
                            batch["exclude_items"][u:u + 1])
                 per_user.append(float(one.compute()[10]))

@@ -15,7 +15,7 @@ All three are SOX (one moving average per relevant (query, item) pair, selective
 
 Evaluation: learning-to-rank batches (``features``, ``relevance``, ``mask``) are scored list by list and feed
 ``{stage}/ndcg@k`` (FCCOModule's metrics); recommendation batches with ``heldout_items`` are scored against every
-item (``model.score_all``) and feed :class:`~fccolit.metrics.FullRankingNDCG`, one more metric of the same
+item (``model.score_all``) and feed :class:`~fccolit.metrics.FullRankingNDCGScore`, one more metric of the same
 :class:`~fccolit.metrics.EvaluationMetrics`, logged under the same names.
 
 References:
@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from fccolit.algorithms.sox import SOX
-from fccolit.metrics import NDCG, EvaluationMetrics, FullRankingNDCG
+from fccolit.metrics import EvaluationMetrics, FullRankingNDCGScore, NDCGScore
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
 from fccolit.state import IndexedState, StateUpdate
@@ -123,16 +123,16 @@ class RankingSOX(SOX):
     def build_metrics(self) -> EvaluationMetrics:
         """NDCG@k of candidate lists (``relevance``, ``mask``) counting an empty query as ``empty_query_ndcg`` says,
         and, with recommendation ``data_sizes`` (``num_users``) evaluated by full ranking (no ``eval_negatives``:
-        sampled candidates are lists, for the NDCG@k above), one :class:`~fccolit.metrics.FullRankingNDCG` for the
+        sampled candidates are lists, for the NDCG@k above), one :class:`~fccolit.metrics.FullRankingNDCGScore` for the
         full-ranking batches (``heldout_items``), logged under the same names (one ``topk`` serves every cut-off).
         Each batch feeds the metrics that read its fields."""
         metrics = super().build_metrics()
         for _, metric in metrics.named_metrics():
-            if isinstance(metric, NDCG):
-                metric.empty = self.empty_query_ndcg
+            if isinstance(metric, NDCGScore):
+                metric.empty_query = self.empty_query_ndcg
         if "num_users" in self.data_sizes and not self.data_sizes.get("eval_negatives") and self.metric_names:
             cutoffs = [_ndcg_cutoff(n, int(self.data_sizes["num_items"])) for n in self.metric_names]
-            metrics.add("full_ranking_ndcg", FullRankingNDCG(cutoffs, empty=self.empty_query_ndcg, names=self.metric_names))
+            metrics.add("full_ranking_ndcg", FullRankingNDCGScore(cutoffs, empty_query=self.empty_query_ndcg, names=self.metric_names))
         return metrics
 
     def evaluation_scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -54,8 +54,8 @@ Evaluation batches:
 * recommendation with sampled candidates (LibAUC's protocol): ``query`` [U], ``items`` [U, C] (held-out items
   first, then the fixed sampled negatives), ``relevance`` [U, C], ``mask`` [U, C].
 
-Evaluation batches are consumed by :class:`fccolit.metrics.NDCG` (``ndcg_at_k(scores, relevance, k, mask)``) and
-:class:`fccolit.metrics.FullRankingNDCG` (``update(scores[U, I], heldout_items, heldout_relevance,
+Evaluation batches are consumed by :class:`fccolit.metrics.NDCGScore` (``ndcg_at_k(scores, relevance, top_k, mask)``) and
+:class:`fccolit.metrics.FullRankingNDCGScore` (``update(scores[U, I], heldout_items, heldout_relevance,
 exclude_items)``).
 """
 

@@ -11,14 +11,14 @@ Metric names (case-insensitive; a leading ``"<split>/"`` such as ``"val/"`` is i
 ======================  ===============================================  =========
 name                    metric                                           kind
 ======================  ===============================================  =========
-``ndcg``                ``NDCG(k=None)`` (full list)                     ranking
-``ndcg@K``              ``NDCG(k=K)``, e.g. ``ndcg@10``                  ranking
-``ap``                  ``BinaryAveragePrecision()``                     binary
-``auroc``               ``AUROC()``                                      binary
-``pauc_A_B``            ``PartialAUC(A, B, "normalized")``               binary
-``pauc_A_B_raw``        ``PartialAUC(A, B, "raw")``                      binary
-``pauc_0_B_mcclish``    ``PartialAUC(0, B, "mcclish")``                  binary
-``accuracy``            ``MulticlassAccuracy()`` (top-1, per class too)  multiclass
+``ndcg``                ``NDCGScore(top_k=None)`` (full list)            ranking
+``ndcg@K``              ``NDCGScore(top_k=K)``, e.g. ``ndcg@10``         ranking
+``ap``                  ``APScore()``                                    binary
+``auroc``               ``AUROCScore()``                                 binary
+``pauc_A_B``            ``PartialAUCScore(A, B, "normalized")``          binary
+``pauc_A_B_raw``        ``PartialAUCScore(A, B, "raw")``                 binary
+``pauc_0_B_mcclish``    ``PartialAUCScore(0, B, "mcclish")``             binary
+``accuracy``            ``AccuracyScore()`` (top-1, per class too)       multiclass
 ======================  ===============================================  =========
 
 ``A`` and ``B`` are decimal numbers, e.g. ``pauc_0.05_0.5``; ``pauc_A_B_normalized`` is also accepted.
@@ -48,34 +48,20 @@ from __future__ import annotations
 
 import re
 
-from fccolit.metrics.accuracy import MulticlassAccuracy
+from fccolit.metrics.accuracy import AccuracyScore
 from fccolit.metrics.base import BatchMetric, EvaluationMetrics
-from fccolit.metrics.classification import AUROC, BinaryAveragePrecision, PartialAUC
-from fccolit.metrics.functional import (
-    auroc,
-    average_precision,
-    full_ranking_ndcg,
-    ndcg_at_k,
-    partial_auc,
-    partial_auc_sorted_negatives,
-)
-from fccolit.metrics.ranking import NDCG, FullRankingNDCG
+from fccolit.metrics.classification import APScore, AUROCScore, PartialAUCScore
+from fccolit.metrics.ranking import FullRankingNDCGScore, NDCGScore
 
 __all__ = [
     "BatchMetric",
     "EvaluationMetrics",
-    "NDCG",
-    "FullRankingNDCG",
-    "ndcg_at_k",
-    "full_ranking_ndcg",
-    "BinaryAveragePrecision",
-    "AUROC",
-    "PartialAUC",
-    "MulticlassAccuracy",
-    "average_precision",
-    "auroc",
-    "partial_auc",
-    "partial_auc_sorted_negatives",
+    "NDCGScore",
+    "FullRankingNDCGScore",
+    "APScore",
+    "AUROCScore",
+    "PartialAUCScore",
+    "AccuracyScore",
     "build_metric",
     "metric_kind",
 ]
@@ -110,7 +96,7 @@ def _parse(name: str) -> tuple[str, dict]:
         k = None if m.group(1) is None else int(m.group(1))
         if k is not None and k < 1:
             raise ValueError(f"unknown metric name {name!r}: the NDCG cut-off must be >= 1; {_ACCEPTED}")
-        return "ndcg", {"k": k}
+        return "ndcg", {"top_k": k}
     m = _PAUC_RE.fullmatch(key)
     if m:
         lo, hi = float(m.group(1)), float(m.group(2))
@@ -124,20 +110,20 @@ def _parse(name: str) -> tuple[str, dict]:
 
 
 def build_metric(name: str, num_classes: int | None = None) -> BatchMetric:
-    """A fresh Metric for a logged metric name, e.g. ``"ndcg@10"`` -> ``NDCG(k=10)`` (see the module
+    """A fresh Metric for a logged metric name, e.g. ``"ndcg@10"`` -> ``NDCGScore(top_k=10)`` (see the module
     docstring for every pattern). ``num_classes`` sizes ``accuracy``'s per-class states up front (so a process
     that sees no evaluation batch still joins the DDP reduction with states of the right shape). Raises
     ValueError, listing the accepted patterns, on an unknown name."""
     family, kwargs = _parse(name)
     if family == "ndcg":
-        return NDCG(**kwargs)
+        return NDCGScore(**kwargs)
     if family == "ap":
-        return BinaryAveragePrecision()
+        return APScore()
     if family == "auroc":
-        return AUROC()
+        return AUROCScore()
     if family == "accuracy":
-        return MulticlassAccuracy(num_classes)
-    return PartialAUC(**kwargs)
+        return AccuracyScore(num_classes)
+    return PartialAUCScore(**kwargs)
 
 
 def metric_kind(name: str) -> str:

@@ -10,8 +10,8 @@ NDCG over a full ranking.
 
 Example:
     >>> import torch
-    >>> from fccolit.metrics import AUROC, NDCG
-    >>> metrics = EvaluationMetrics({"auroc": AUROC(), "ndcg@2": NDCG(k=2)})
+    >>> from fccolit.metrics import AUROCScore, NDCGScore
+    >>> metrics = EvaluationMetrics({"auroc": AUROCScore(), "ndcg@2": NDCGScore(top_k=2)})
     >>> metrics.update_from_batch(torch.tensor([0.9, 0.2, 0.4]), {"y": torch.tensor([1, 0, 0])})
     >>> {name: round(float(value), 4) for name, value in metrics.named_values().items()}
     {'auroc': 1.0}

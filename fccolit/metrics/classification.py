@@ -15,11 +15,11 @@ from torchmetrics.utilities import dim_zero_cat
 
 from fccolit.metrics.base import BatchMetric, per_task_names
 from fccolit.metrics.functional.classification import (
-    _NORMALIZATIONS,
+    Normalization,
     ROCVertices,
     _auroc_of,
     _average_precision_of,
-    _check_range,
+    _check_partial_auc_args,
     _partial_auc_of,
     _roc_counts,
     _validate_binary,
@@ -27,9 +27,9 @@ from fccolit.metrics.functional.classification import (
 )
 
 __all__ = [
-    "BinaryAveragePrecision",
-    "AUROC",
-    "PartialAUC",
+    "APScore",
+    "AUROCScore",
+    "PartialAUCScore",
 ]
 
 
@@ -146,11 +146,30 @@ class _BinaryCatMetric(BatchMetric):
         return {name: roc for name, roc in zip(names, self._roc) if roc is not None}
 
 
-class BinaryAveragePrecision(_BinaryCatMetric):
-    """Exact average precision over all samples seen (see :func:`average_precision`).
+class APScore(_BinaryCatMetric):
+    """Exact average precision of the scores of all samples seen (functional form: ``ap_score``).
 
-    Macro over tasks for ``[N, T]`` inputs. (The training objective of the same quantity is
-    :class:`fccolit.objectives.AveragePrecision`.)
+    ``update(preds, target)`` keeps the pairs (from an evaluation batch: ``update(scores, batch["y"])``);
+    ``compute()`` returns AP over all of them, a 0-d float64 tensor, and for ``[N, T]`` inputs the mean over the
+    tasks (each task in :attr:`per_task`). Logged as ``ap`` (:func:`build_metric`). The training objective of the
+    same quantity is in :mod:`fccolit.objectives`.
+
+    Args:
+        kwargs: torchmetrics ``Metric`` options (``dist_sync_on_step``, ``process_group``, ...).
+
+    Raises:
+        ValueError: at ``update``, on NaN scores, labels outside {0, 1} (or {-1, 0, 1} for ``[N, T]``) or shapes
+            that disagree; at ``compute()``, without positives (AP is 1 without negatives), or, for ``[N, T]``,
+            when no task has both classes.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.metrics import APScore
+        >>> metric = APScore()
+        >>> metric.update(torch.tensor([0.9, 0.8, 0.3]), torch.tensor([1, 0, 1]))
+        >>> metric.update(torch.tensor([0.1]), torch.tensor([0]))  # precision 1 at rank 1, 2/3 at rank 3
+        >>> round(float(metric.compute()), 4)
+        0.8333
     """
 
     _what = "average precision"
@@ -160,8 +179,28 @@ class BinaryAveragePrecision(_BinaryCatMetric):
         return _average_precision_of(roc)
 
 
-class AUROC(_BinaryCatMetric):
-    """AUROC over all samples seen, ties counted 1/2 (see :func:`auroc`); macro over tasks for ``[N, T]``."""
+class AUROCScore(_BinaryCatMetric):
+    """Area under the ROC curve of all samples seen, ties counted 1/2 (functional form: ``auroc_score``).
+
+    ``update(preds, target)`` keeps the pairs (from an evaluation batch: ``update(scores, batch["y"])``);
+    ``compute()`` returns the AUROC over all of them, a 0-d float64 tensor, and for ``[N, T]`` inputs the mean over
+    the tasks (each task in :attr:`per_task`). Logged as ``auroc`` (:func:`build_metric`).
+
+    Args:
+        kwargs: torchmetrics ``Metric`` options (``dist_sync_on_step``, ``process_group``, ...).
+
+    Raises:
+        ValueError: at ``update``, on NaN scores, labels outside {0, 1} (or {-1, 0, 1} for ``[N, T]``) or shapes
+            that disagree; at ``compute()``, unless both classes were seen (for ``[N, T]``: in some task).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.metrics import AUROCScore
+        >>> metric = AUROCScore()
+        >>> metric.update(torch.tensor([0.9, 0.8, 0.3, 0.1]), torch.tensor([1, 0, 1, 0]))  # 3 of 4 pairs in order
+        >>> float(metric.compute())
+        0.75
+    """
 
     _what = "AUROC"
 
@@ -169,23 +208,39 @@ class AUROC(_BinaryCatMetric):
         return _auroc_of(roc)
 
 
-class PartialAUC(_BinaryCatMetric):
-    """Partial AUC over FPR in ``[fpr_min, fpr_max]`` over all samples seen (see :func:`partial_auc`).
+class PartialAUCScore(_BinaryCatMetric):
+    """Partial AUC of all samples seen on the FPR range [fpr_min, fpr_max] (functional form: ``partial_auc_score``).
+
+    ``update(preds, target)`` keeps the pairs (from an evaluation batch: ``update(scores, batch["y"])``);
+    ``compute()`` returns the partial AUC over all of them, a 0-d float64 tensor, and for ``[N, T]`` inputs the mean
+    over the tasks (each task in :attr:`per_task`). Logged as ``pauc_A_B`` (normalized), ``pauc_A_B_raw`` or
+    ``pauc_0_B_mcclish`` (:func:`build_metric`). The training objective on an FPR range is in
+    :mod:`fccolit.objectives`, the algorithm that optimizes it in :mod:`fccolit.algorithms`.
 
     Args:
-        fpr_min, fpr_max: the FPR range, ``0 <= fpr_min < fpr_max <= 1``.
-        normalization: ``"normalized"`` (area / (β − α), default), ``"raw"`` or ``"mcclish"`` (α = 0 only).
+        fpr_min: the range's lower end α, ``0 <= fpr_min < fpr_max``.
+        fpr_max: the range's upper end β, ``<= 1``.
+        normalization: ``"normalized"`` (the area divided by β − α, in [0, 1]; default), ``"raw"`` (the area) or
+            ``"mcclish"`` (McClish's standardization, sklearn's ``roc_auc_score(max_fpr=β)``; α = 0 only).
+        kwargs: torchmetrics ``Metric`` options (``dist_sync_on_step``, ``process_group``, ...).
+
+    Raises:
+        ValueError: at construction, on a range outside ``0 <= fpr_min < fpr_max <= 1``, an unknown
+            normalization or ``"mcclish"`` with ``fpr_min > 0``; at ``update`` and ``compute()`` as
+            :class:`AUROCScore`.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.metrics import PartialAUCScore
+        >>> metric = PartialAUCScore(fpr_min=0.0, fpr_max=0.5)
+        >>> metric.update(torch.tensor([0.9, 0.8, 0.3, 0.1]), torch.tensor([1, 0, 1, 0]))
+        >>> float(metric.compute())  # TPR is 1/2 while the FPR is below 1/2
+        0.5
     """
 
-    def __init__(self, fpr_min: float, fpr_max: float, normalization: str = "normalized", **kwargs) -> None:
+    def __init__(self, fpr_min: float, fpr_max: float, normalization: Normalization = "normalized", **kwargs) -> None:
         super().__init__(**kwargs)
-        if normalization not in _NORMALIZATIONS:
-            raise ValueError(f"normalization must be one of {_NORMALIZATIONS}, got {normalization!r}")
-        self.fpr_min, self.fpr_max = _check_range(fpr_min, fpr_max)
-        if normalization == "mcclish" and self.fpr_min != 0.0:
-            raise ValueError(
-                f"McClish standardization is defined for the range [0, fpr_max] only, got fpr_min={fpr_min}"
-            )
+        self.fpr_min, self.fpr_max = _check_partial_auc_args(fpr_min, fpr_max, normalization)
         self.normalization = normalization
 
     _what = "partial AUC"

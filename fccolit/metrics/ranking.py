@@ -13,43 +13,52 @@ import torch
 from torch import Tensor
 
 from fccolit.metrics.base import BatchMetric
+from fccolit._checks import check_choice
 from fccolit.metrics.functional.ranking import (
     _EMPTY,
     _GAINS,
     _TIES,
+    EmptyQuery,
+    Gain,
+    Ties,
     _apply_empty,
-    _check_choice,
-    _check_k,
+    _check_top_k,
     _full_ranking_ndcg_prefix,
     _ndcg_lists,
 )
 
 __all__ = [
-    "NDCG",
-    "FullRankingNDCG",
+    "NDCGScore",
+    "FullRankingNDCGScore",
 ]
 
 
-class NDCG(BatchMetric):
-    """Mean per-query NDCG@k over all queries seen, exact under DDP.
+class NDCGScore(BatchMetric):
+    """Mean per-query NDCG@k of padded score lists over all queries seen, exact under DDP.
 
-    States: ``total`` (sum of per-query NDCG) and ``count`` (number of counted queries), both reduced with
-    ``sum`` across processes, so ``compute() = total / count`` is the global per-query mean whatever the
-    shard sizes. Queries skipped by ``empty="skip"`` add to neither. ``compute()`` with no counted query
-    returns NaN (no error). With a cut-off ``k``, ``total_at`` ``[k]`` sums NDCG@j for ``j = 1..k`` from the same
-    sort (one cumulative sum), so ``compute()`` also keeps the curve NDCG@j against j
-    (:meth:`named_curves`: ``{"ndcg@k": [k]}``, whose last entry is the value up to rounding).
+    ``update(preds, target, mask=None)`` takes ``[Q, L]`` tensors as :func:`~fccolit.metrics.functional.ndcg_at_k`
+    does (from an evaluation batch: ``update(scores, batch["relevance"], batch.get("mask"))``); ``compute()``
+    returns the mean of the per-query values, a 0-d float64 tensor (NaN when no query was counted). States:
+    ``total`` (sum of per-query NDCG) and ``count`` (counted queries), summed across processes, so the value is the
+    global per-query mean whatever the shard sizes; queries skipped by ``empty_query="skip"`` add to neither. With a
+    cut-off, ``total_at`` ``[top_k]`` sums NDCG@j for ``j = 1..top_k`` from the same sort, so ``compute()`` also keeps
+    the curve NDCG@j against j (:meth:`named_curves`). Logged as ``ndcg@K`` or ``ndcg`` (:func:`build_metric`).
 
     Args:
-        k, gain, empty, ties: see :func:`ndcg_at_k`.
+        top_k: the cut-off k (``>= 1``); ``None`` ranks the full list.
+        gain: ``"exp2"`` (``2**y - 1``, the papers') or ``"linear"`` (``y``, torchmetrics').
+        empty_query: what a query without relevant items counts: ``"zero"``, ``"one"`` (allRank's) or ``"skip"``
+            (not counted).
+        ties: ``"average"`` (expected NDCG over random tie-breaking), ``"pessimistic"`` or ``"optimistic"``.
 
-    ``update(preds, target, mask=None)`` takes ``[Q, L]`` tensors as in :func:`ndcg_at_k`; from an evaluation
-    batch, ``update(scores, batch["relevance"], batch.get("mask"))``.
+    Raises:
+        ValueError: at construction, ``top_k`` is not a positive int or None, or a choice is unknown; at ``update``,
+            as :func:`~fccolit.metrics.functional.ndcg_at_k` (shapes, NaN scores, negative relevance).
 
     Example:
         >>> import torch
-        >>> from fccolit.metrics import NDCG
-        >>> metric = NDCG(k=2)
+        >>> from fccolit.metrics import NDCGScore
+        >>> metric = NDCGScore(top_k=2)
         >>> preds = torch.tensor([[0.9, 0.1, 0.5], [0.2, 0.8, 0.3]])  # two queries of three items
         >>> target = torch.tensor([[1, 0, 0], [0, 0, 2]])
         >>> metric.update(preds, target)  # query 1: relevant item ranked 1st (1.0); query 2: 2nd (1/log2(3))
@@ -68,28 +77,30 @@ class NDCG(BatchMetric):
 
     def __init__(
         self,
-        k: int | None = None,
-        gain: str = "exp2",
-        empty: str = "zero",
-        ties: str = "average",
+        top_k: int | None = None,
+        gain: Gain = "exp2",
+        empty_query: EmptyQuery = "zero",
+        ties: Ties = "average",
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        _check_k(k)
-        _check_choice("gain", gain, _GAINS)
-        _check_choice("empty", empty, _EMPTY)
-        _check_choice("ties", ties, _TIES)
-        self.k = k
+        _check_top_k(top_k)
+        check_choice("gain", gain, _GAINS)
+        check_choice("empty_query", empty_query, _EMPTY)
+        check_choice("ties", ties, _TIES)
+        self.top_k = top_k
         self.gain = gain
-        self.empty = empty
+        self.empty_query = empty_query
         self.ties = ties
         self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("total_at", default=torch.zeros(k or 0, dtype=torch.float64), dist_reduce_fx="sum")
-        self._curve: Tensor | None = None  # NDCG@1..k from the last compute()
+        self.add_state("total_at", default=torch.zeros(top_k or 0, dtype=torch.float64), dist_reduce_fx="sum")
+        self._curve: Tensor | None = None  # NDCG@1..top_k from the last compute()
 
     def update(self, preds: Tensor, target: Tensor, mask: Tensor | None = None) -> None:  # type: ignore[override]
-        values, prefix = _ndcg_lists(preds, target, self.k, mask, self.gain, self.empty, self.ties, self.k or 0)
+        values, prefix = _ndcg_lists(
+            preds, target, self.top_k, mask, self.gain, self.empty_query, self.ties, self.top_k or 0
+        )
         keep = ~torch.isnan(values)
         # out of place: states created under inference mode (trainer.validate) must not be updated in place later
         self.total = self.total + torch.where(keep, values, torch.zeros_like(values)).sum().to(self.total.dtype)
@@ -97,7 +108,7 @@ class NDCG(BatchMetric):
         self.total_at = self.total_at + torch.where(keep[:, None], prefix, torch.zeros_like(prefix)).sum(0)
 
     def compute(self) -> Tensor:
-        self._curve = self.total_at / self.count if self.k else None  # NaN without a counted query
+        self._curve = self.total_at / self.count if self.top_k else None  # NaN without a counted query
         if self.count == 0:
             return torch.tensor(float("nan"), dtype=torch.float64, device=self.total.device)
         return self.total / self.count
@@ -107,28 +118,42 @@ class NDCG(BatchMetric):
         super().reset()
 
     def named_curves(self, labels: Sequence[str] | None = None) -> dict[str, Tensor]:
-        """``{"ndcg@k": NDCG@j for j = 1..k}`` ``[k]`` from the last ``compute()`` (none for the full list)."""
+        """``{"ndcg@k": NDCG@j for j = 1..top_k}`` ``[top_k]`` from the last ``compute()`` (none for the full list)."""
         return {} if self._curve is None else {"ndcg@k": self._curve}
 
 
-class FullRankingNDCG(BatchMetric):
-    """Mean per-user full-ranking NDCG@k for several cut-offs at once, exact under DDP.
+class FullRankingNDCGScore(BatchMetric):
+    """Mean per-user NDCG@k of a full ranking over all items, for several cut-offs at once, exact under DDP.
 
-    Call ``update(scores, heldout_items, heldout_relevance, exclude_items=None)`` once per chunk of users
-    (``scores`` is ``[U_chunk, I]``: all items for the users of the chunk; see :func:`full_ranking_ndcg`);
-    one ``topk`` with the largest cut-off serves every ``k``. From an evaluation batch: ``update(scores,
-    batch["heldout_items"], batch["heldout_relevance"], batch.get("exclude_items"))``. States: ``total``
-    (``[len(ks)]`` sums of per-user NDCG), ``total_at`` (``[max(ks)]`` sums of NDCG@j for every ``j = 1..max(ks)``,
-    read from the same ``topk``) and ``count`` (number of counted users), all summed across processes.
-    ``compute()`` returns ``{k: value}``; with no counted user every value is NaN. :meth:`named_values` returns
-    ``{names[i]: value of ks[i]}``, :meth:`named_curves` the curve NDCG@j against j.
+    Call ``update(scores, heldout_items, heldout_relevance, exclude_items=None)`` once per chunk of users, with the
+    arguments of :func:`~fccolit.metrics.functional.full_ranking_ndcg` (``scores`` ``[U_chunk, I]``: every item for
+    the users of the chunk); from an evaluation batch: ``update(scores, batch["heldout_items"],
+    batch["heldout_relevance"], batch.get("exclude_items"))``. One ``topk`` with the largest cut-off serves every
+    cut-off. ``compute()`` returns ``{k: value}`` (every value NaN when no user was counted); :meth:`named_values`
+    returns ``{names[i]: value of top_ks[i]}`` and :meth:`named_curves` the curve NDCG@j against j. States: ``total``
+    (``[len(top_ks)]`` sums of per-user NDCG), ``total_at`` (``[max(top_ks)]`` sums of NDCG@j, ``j = 1..max(top_ks)``)
+    and ``count`` (counted users), all summed across processes.
 
     Args:
-        ks: cut-offs, e.g. ``(10, 20, 50)``.
-        gain: ``"exp2"`` or ``"linear"``.
-        empty: users without held-out relevance count as 0 (``"zero"``, default), 1 (``"one"``) or are not
-            counted (``"skip"``).
+        top_ks: the cut-offs, e.g. ``(10, 20, 50)`` (an int is one cut-off).
+        gain: ``"exp2"`` (``2**rel - 1``) or ``"linear"`` (``rel``).
+        empty_query: what a user without held-out relevance counts: ``"zero"`` (default), ``"one"`` or ``"skip"``
+            (not counted).
         names: the logged name of each cut-off (default ``"ndcg@k"``).
+
+    Raises:
+        ValueError: at construction, ``top_ks`` is empty or holds a cut-off below 1, a choice is unknown, or
+            ``names`` does not give one name per cut-off; at ``update``, as
+            :func:`~fccolit.metrics.functional.full_ranking_ndcg` (shapes, item ids, NaN scores).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.metrics import FullRankingNDCGScore
+        >>> metric = FullRankingNDCGScore(top_ks=(1, 2))
+        >>> scores = torch.tensor([[0.1, 0.9, 0.5, 0.3]])  # one user, four items: ranked 1, 2, 3, 0
+        >>> metric.update(scores, heldout_items=torch.tensor([[2]]), heldout_relevance=torch.tensor([[1.0]]))
+        >>> {name: round(float(value), 4) for name, value in metric.named_values("ndcg").items()}
+        {'ndcg@1': 0.0, 'ndcg@2': 0.6309}
     """
 
     inputs = ("heldout_items", "heldout_relevance")
@@ -142,33 +167,33 @@ class FullRankingNDCG(BatchMetric):
 
     def __init__(
         self,
-        ks: Sequence[int] = (10,),
-        gain: str = "exp2",
-        empty: str = "zero",
+        top_ks: Sequence[int] = (10,),
+        gain: Gain = "exp2",
+        empty_query: EmptyQuery = "zero",
         names: Sequence[str] | None = None,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        if isinstance(ks, int):
-            ks = (ks,)
-        ks = tuple(ks)
-        if not ks:
-            raise ValueError("ks must contain at least one cut-off")
-        for k in ks:
-            _check_k(k)
-        _check_choice("gain", gain, _GAINS)
-        _check_choice("empty", empty, _EMPTY)
-        names = tuple(f"ndcg@{k}" for k in ks) if names is None else tuple(names)
-        if len(names) != len(ks):
-            raise ValueError(f"names must give one logged name per cut-off ({len(ks)}), got {len(names)}")
-        self.ks = ks
+        if isinstance(top_ks, int):
+            top_ks = (top_ks,)
+        top_ks = tuple(top_ks)
+        if not top_ks:
+            raise ValueError("top_ks must contain at least one cut-off")
+        for top_k in top_ks:
+            _check_top_k(top_k)
+        check_choice("gain", gain, _GAINS)
+        check_choice("empty_query", empty_query, _EMPTY)
+        names = tuple(f"ndcg@{k}" for k in top_ks) if names is None else tuple(names)
+        if len(names) != len(top_ks):
+            raise ValueError(f"names must give one logged name per cut-off ({len(top_ks)}), got {len(names)}")
+        self.top_ks = top_ks
         self.names = names
         self.gain = gain
-        self.empty = empty
-        self.add_state("total", default=torch.zeros(len(ks), dtype=torch.float64), dist_reduce_fx="sum")
+        self.empty_query = empty_query
+        self.add_state("total", default=torch.zeros(len(top_ks), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("total_at", default=torch.zeros(max(ks), dtype=torch.float64), dist_reduce_fx="sum")
-        self._curve: Tensor | None = None  # NDCG@1..max(ks) from the last compute()
+        self.add_state("total_at", default=torch.zeros(max(top_ks), dtype=torch.float64), dist_reduce_fx="sum")
+        self._curve: Tensor | None = None  # NDCG@1..max(top_ks) from the last compute()
         self._scratch: Tensor | None = None  # reused [U·I] buffer for the masked scores (not a state)
 
     def _workspace(self, scores: Tensor) -> Tensor:
@@ -196,8 +221,8 @@ class FullRankingNDCG(BatchMetric):
         prefix, ideal = _full_ranking_ndcg_prefix(
             scores, heldout_items, heldout_relevance, exclude_items, len(self.total_at), self.gain, workspace
         )
-        prefix = _apply_empty(prefix, ideal[:, None], self.empty)  # [U, max(ks)]
-        values = prefix[:, [k - 1 for k in self.ks]].T.contiguous()  # [K, U]
+        prefix = _apply_empty(prefix, ideal[:, None], self.empty_query)  # [U, max(top_ks)]
+        values = prefix[:, [k - 1 for k in self.top_ks]].T.contiguous()  # [K, U]
         keep = ~torch.isnan(values[0])
         # out of place: states created under inference mode (trainer.validate) must not be updated in place later
         self.total = self.total + torch.where(keep, values, torch.zeros_like(values)).sum(dim=1).to(self.total.dtype)
@@ -210,17 +235,17 @@ class FullRankingNDCG(BatchMetric):
         super().reset()
 
     def named_curves(self, labels: Sequence[str] | None = None) -> dict[str, Tensor]:
-        """``{"full_ranking_ndcg@k": NDCG@j for j = 1..max(ks)}`` from the last ``compute()``."""
+        """``{"full_ranking_ndcg@k": NDCG@j for j = 1..max(top_ks)}`` from the last ``compute()``."""
         return {} if self._curve is None else {"full_ranking_ndcg@k": self._curve}
 
     def compute(self) -> dict[int, Tensor]:
         self._curve = self.total_at / self.count  # NaN without a counted user
         if self.count == 0:
             nan = torch.tensor(float("nan"), dtype=torch.float64, device=self.total.device)
-            return {k: nan.clone() for k in self.ks}
-        return {k: self.total[i] / self.count for i, k in enumerate(self.ks)}
+            return {k: nan.clone() for k in self.top_ks}
+        return {k: self.total[i] / self.count for i, k in enumerate(self.top_ks)}
 
     def named_values(self, name: str, labels: Sequence[str] | None = None) -> dict[str, Tensor]:
-        """``{names[i]: NDCG@ks[i]}``: each cut-off under its own logged name (``name`` is not used)."""
+        """``{names[i]: NDCG@top_ks[i]}``: each cut-off under its own logged name (``name`` is not used)."""
         values = self.compute()
-        return {logged: values[k] for logged, k in zip(self.names, self.ks)}
+        return {logged: values[k] for logged, k in zip(self.names, self.top_ks)}

@@ -25,7 +25,7 @@ the threshold ("dual") form of the top-l sum, eq. (12), computed by :func:`thres
 Non-integer ``αN`` / ``βN``: ``φ_l`` for real ``l ∈ [0, N]`` is the value of the LP (11),
 ``max {Σ_j p_j s_j : Σ_j p_j = l, 0 ≤ p_j ≤ 1}``, i.e. the top-⌊l⌋ sum plus ``(l − ⌊l⌋)·s_[⌊l⌋+1]``; its dual is
 still eq. (12). The boundary entries then count fractionally, exactly like the fractional boundary negatives of
-:func:`fccolit.metrics.partial_auc_sorted_negatives`, so no rounding rule has to be chosen (the paper assumes
+:func:`fccolit.metrics.functional.partial_auc_sorted_negatives`, so no rounding rule has to be chosen (the paper assumes
 ``αN₋``, ``βN₋`` integers).
 
 Scale. Everything here is normalised by the number of entries (``f̃^l = f^l / (N₊N₋)`` for pAUC, ``f^l / N`` for

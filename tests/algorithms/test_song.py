@@ -16,7 +16,7 @@ from fccolit.algorithms.sox import SOX
 from fccolit.callbacks.stop_gradient import StopGradientSwitch
 from fccolit.callbacks.warmup import WarmUp
 from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
-from fccolit.metrics import ndcg_at_k
+from fccolit.metrics.functional import ndcg_at_k
 from fccolit.models.ltr import ListMLP
 from fccolit.models.neumf import NeuMF
 from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
@@ -378,7 +378,7 @@ def train_ltr(cls, seed, steps, **kw):
 
     def val_ndcg():
         with torch.no_grad():
-            return float(ndcg_at_k(module(val), val["relevance"], k=10, mask=val["mask"]).mean())
+            return float(ndcg_at_k(module(val), val["relevance"], top_k=10, mask=val["mask"]).mean())
 
     initial, sampler, step, epoch = val_ndcg(), dm.build_train_sampler(), 0, 0
     while step < steps:

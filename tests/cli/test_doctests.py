@@ -13,7 +13,9 @@ import pytest
 DOCTESTED = {
     "fccolit.state": ["IndexedState"],
     "fccolit.algorithms.sox": ["SOX"],
-    "fccolit.metrics.ranking": ["NDCG"],
+    "fccolit.metrics.ranking": ["NDCGScore", "FullRankingNDCGScore"],
+    "fccolit.metrics.classification": ["APScore", "AUROCScore", "PartialAUCScore"],
+    "fccolit.metrics.accuracy": ["AccuracyScore"],
     "fccolit.optim": ["Momentum", "LazyAdam"],
     "fccolit._checks": ["check_weight", "check_choice"],
     "fccolit.metrics.base": [],

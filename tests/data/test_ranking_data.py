@@ -23,7 +23,7 @@ from fccolit.datasets.recommendation import build_recommendation_arrays
 from fccolit.io.csr import ideal_dcg
 from fccolit.io.ratings import Ratings, read_movielens_ratings, read_netflix_probe, read_netflix_ratings
 from fccolit.metrics.functional import ndcg_at_k
-from fccolit.metrics.ranking import FullRankingNDCG
+from fccolit.metrics.ranking import FullRankingNDCGScore
 from fccolit.testing import write_movielens_ratings, write_netflix_quirks, zip_bytes
 
 ML_SMALL = SHARED_DATA / "movielens-ml-latest-small"
@@ -226,7 +226,7 @@ def test_full_ranking_eval_batches(tmp_path):
     dm = _dm(root, tmp_path, eval_batch_size=16)
     dm.setup()
     ref = _reference_split(rows, 1, 1)
-    metric = FullRankingNDCG(ks=(1, 10))
+    metric = FullRankingNDCGScore(top_ks=(1, 10))
     for split, ds in (("val", dm.val_dataset), ("test", dm.test_dataset)):
         assert len(ds) == 40
         for batch in dm.val_dataloader() if split == "val" else dm.test_dataloader():

@@ -18,7 +18,7 @@ from builders import SHARED_DATA
 import fccolit.io.text as text_module
 from fccolit.datamodules.mslr import ALLRANK_NEGATIVE_FEATURES, ALLRANK_NO_LOG_FEATURES, MSLRDataModule
 from fccolit.io.letor import group_by_query, parse_letor, read_lightgbm_ranking, read_query_sizes
-from fccolit.metrics.ranking import NDCG
+from fccolit.metrics.ranking import NDCGScore
 from fccolit.testing import write_letor
 
 LIGHTGBM = SHARED_DATA / "letor-lightgbm-lambdarank"
@@ -228,7 +228,7 @@ def test_mslr_batches_and_empty_query_policy(tmp_path):
         assert torch.equal(b["mask"].sum(1), lengths.clamp(max=8))
         assert ((b["pair_index"] >= 0) == (b["relevance"] > 0)).all()
         assert (b["ideal_dcg_at_k"] <= b["ideal_dcg"] + 1e-5).all() and (b["ideal_dcg_at_k"] > 0).all()
-    metric = NDCG(k=5)
+    metric = NDCGScore(top_k=5)
     seen = 0
     for batch in dm.val_dataloader():
         seen += batch["query"].numel()

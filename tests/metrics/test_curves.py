@@ -1,6 +1,6 @@
 """The curves the metrics keep beside their values (no second pass over the scores): the binary metrics' ROC
 vertices against scikit-learn's ``roc_curve`` / ``precision_recall_curve``, NDCG@j for every j <= k against
-``ndcg_at_k(k=j)`` and ``full_ranking_ndcg(k=j)``, how a stage's metrics merge them, and how the figures thin them."""
+``ndcg_at_k(top_k=j)`` and ``full_ranking_ndcg(top_k=j)``, how a stage's metrics merge them, and how the figures thin them."""
 
 import numpy as np
 import pytest
@@ -8,15 +8,14 @@ import torch
 from sklearn.metrics import precision_recall_curve, roc_curve
 
 from fccolit.metrics import (
-    AUROC,
-    NDCG,
-    BinaryAveragePrecision,
+    AUROCScore,
+    NDCGScore,
+    APScore,
     EvaluationMetrics,
-    FullRankingNDCG,
-    PartialAUC,
-    full_ranking_ndcg,
-    ndcg_at_k,
+    FullRankingNDCGScore,
+    PartialAUCScore,
 )
+from fccolit.metrics.functional import full_ranking_ndcg, ndcg_at_k
 from fccolit.metrics.figures import thin
 
 
@@ -27,7 +26,7 @@ def tied_binary(seed, n=400):
     return s, y
 
 
-@pytest.mark.parametrize("metric_class", [BinaryAveragePrecision, AUROC, lambda: PartialAUC(0.05, 0.5)])
+@pytest.mark.parametrize("metric_class", [APScore, AUROCScore, lambda: PartialAUCScore(0.05, 0.5)])
 def test_binary_metrics_keep_the_roc_and_pr_curves_of_sklearn(metric_class):
     s, y = tied_binary(0)
     metric = metric_class()
@@ -54,7 +53,7 @@ def test_multi_task_curves_are_named_per_task_and_skip_a_task_without_both_class
     labels = (torch.rand(60, 3, generator=g) < 0.4).long()
     labels[:, 2] = 1  # task 2: positives only
     labels[:5, 0] = -1  # unlabeled entries are left out of task 0
-    metric = BinaryAveragePrecision()
+    metric = APScore()
     metric.update(scores, labels)
     metric.compute()
     curves = metric.named_curves(labels=["No Finding", "edema", "all positive"])
@@ -77,17 +76,17 @@ def ranking_lists(seed, queries=40, length=12):
 @pytest.mark.parametrize("empty", ["zero", "one", "skip"])
 def test_ndcg_keeps_ndcg_at_every_cutoff_up_to_k(ties, empty):
     p, y, mask = ranking_lists(2)
-    metric = NDCG(k=8, ties=ties, empty=empty)
+    metric = NDCGScore(top_k=8, ties=ties, empty_query=empty)
     metric.update(p[:15], y[:15], mask[:15])
     metric.update(p[15:], y[15:], mask[15:])
     value = metric.compute()
     curve = metric.named_curves()["ndcg@k"]
     assert curve.shape == (8,)
     for j in range(1, 9):
-        per_query = ndcg_at_k(p, y, k=j, mask=mask, ties=ties, empty=empty)
+        per_query = ndcg_at_k(p, y, top_k=j, mask=mask, ties=ties, empty_query=empty)
         assert float(curve[j - 1]) == pytest.approx(float(torch.nanmean(per_query)), abs=1e-14), j
     assert float(curve[-1]) == pytest.approx(float(value), abs=1e-14)
-    assert NDCG(k=None).named_curves() == {}  # the full list has no cut-offs to plot
+    assert NDCGScore(top_k=None).named_curves() == {}  # the full list has no cut-offs to plot
 
 
 def test_full_ranking_ndcg_keeps_ndcg_at_every_cutoff_up_to_the_largest():
@@ -99,14 +98,14 @@ def test_full_ranking_ndcg_keeps_ndcg_at_every_cutoff_up_to_the_largest():
     heldout[2] = -1  # a user without held-out items
     relevance = torch.randint(1, 4, (users, 4), generator=g).double()
     exclude = torch.stack([torch.randperm(items, generator=g)[:10] for _ in range(users)])
-    metric = FullRankingNDCG(ks=(3, 50))  # 50 > 40 items: the full list
+    metric = FullRankingNDCGScore(top_ks=(3, 50))  # 50 > 40 items: the full list
     metric.update(scores[:11], heldout[:11], relevance[:11], exclude[:11])
     metric.update(scores[11:], heldout[11:], relevance[11:], exclude[11:])
     values = metric.compute()
     curve = metric.named_curves()["full_ranking_ndcg@k"]
     assert curve.shape == (50,)
     for j in list(range(1, 42)) + [50]:
-        expected = full_ranking_ndcg(scores, heldout, relevance, exclude, k=j).mean()
+        expected = full_ranking_ndcg(scores, heldout, relevance, exclude, top_k=j).mean()
         assert float(curve[j - 1]) == pytest.approx(float(expected), abs=1e-14), j
     assert float(curve[2]) == pytest.approx(float(values[3]), abs=1e-14)
 
@@ -114,8 +113,8 @@ def test_full_ranking_ndcg_keeps_ndcg_at_every_cutoff_up_to_the_largest():
 def test_a_stage_merges_the_curves_that_describe_the_same_data():
     s, y = tied_binary(4)
     p, rel, mask = ranking_lists(5)
-    metrics = EvaluationMetrics({"ap": BinaryAveragePrecision(), "auroc": AUROC(), "ndcg@3": NDCG(k=3),
-                                 "ndcg@6": NDCG(k=6)})
+    metrics = EvaluationMetrics({"ap": APScore(), "auroc": AUROCScore(), "ndcg@3": NDCGScore(top_k=3),
+                                 "ndcg@6": NDCGScore(top_k=6)})
     metrics.update_from_batch(s, {"y": y})
     metrics.update_from_batch(p, {"relevance": rel, "mask": mask})
     metrics.named_values()
@@ -129,7 +128,7 @@ def test_a_stage_merges_the_curves_that_describe_the_same_data():
 
 def test_thinning_keeps_the_ends_and_the_shape():
     _, y = tied_binary(6, n=100_000)
-    metric = BinaryAveragePrecision()
+    metric = APScore()
     metric.update(torch.randn(100_000, dtype=torch.float64) + y, y)
     metric.compute()
     recall, precision = metric.named_curves()["roc"].precision_recall()

@@ -13,28 +13,28 @@ from fccolit.algorithms.song import SONG
 from fccolit.algorithms.supervised import Supervised
 from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
 from fccolit.metrics import (
-    AUROC,
-    NDCG,
+    AUROCScore,
+    NDCGScore,
     BatchMetric,
-    BinaryAveragePrecision,
+    APScore,
     EvaluationMetrics,
-    FullRankingNDCG,
-    MulticlassAccuracy,
-    average_precision,
+    FullRankingNDCGScore,
+    AccuracyScore,
     build_metric,
 )
+from fccolit.metrics.functional import ap_score
 from fccolit.models.ltr import ListMLP
 from fccolit.objectives.ndcg import NDCGSurrogate
 
 
 def test_each_batch_feeds_the_metrics_that_read_its_fields():
     metrics = EvaluationMetrics({"ap": build_metric("ap"), "ndcg@2": build_metric("ndcg@2")})
-    assert list(metrics) == ["ap", "ndcg_at_2"] and isinstance(metrics["ap"], BinaryAveragePrecision)
+    assert list(metrics) == ["ap", "ndcg_at_2"] and isinstance(metrics["ap"], APScore)
     scores, y = torch.tensor([0.9, 0.1, 0.4, 0.3]), torch.tensor([1, 0, 0, 1])
     metrics.update_from_batch(scores, {"y": y, "x": torch.zeros(4, 2)})
     assert metrics["ap"].update_count == 1 and metrics["ndcg_at_2"].update_count == 0
     # NDCG was not fed: only AP is logged
-    assert metrics.named_values() == {"ap": average_precision(scores, y)}
+    assert metrics.named_values() == {"ap": ap_score(scores, y)}
     lists = {"relevance": torch.tensor([[1.0, 0.0, 2.0]]), "mask": torch.tensor([[True, True, False]])}
     metrics.update_from_batch(torch.tensor([[0.0, 1.0, 5.0]]), lists)  # the padded item's score is ignored
     assert float(metrics.named_values()["ndcg@2"]) == pytest.approx(1 / 1.5849625007211563 / 1.0)
@@ -45,41 +45,41 @@ def test_each_batch_feeds_the_metrics_that_read_its_fields():
     with pytest.raises(TypeError, match="BatchMetric"):
         EvaluationMetrics({"plain": nn.Identity()})
     with pytest.raises(ValueError, match="taken"):
-        EvaluationMetrics({"ndcg@2": NDCG(k=2), "ndcg_at_2": NDCG(k=2)})
+        EvaluationMetrics({"ndcg@2": NDCGScore(top_k=2), "ndcg_at_2": NDCGScore(top_k=2)})
 
 
 def test_metrics_name_their_values_per_task_per_class_and_per_cutoff():
-    tasks = BinaryAveragePrecision()
+    tasks = APScore()
     scores = torch.tensor([[0.9, 0.2], [0.1, 0.8], [0.5, 0.1]])
     tasks.update_from_batch(scores, {"y": torch.tensor([[1, 0], [0, 1], [0, -1]])})
     values = tasks.named_values("ap", labels=["No Finding", "edema"])
     assert list(values) == ["ap", "ap/No_Finding", "ap/edema"]
     assert float(values["ap"]) == pytest.approx(1.0) and float(values["ap/edema"]) == pytest.approx(1.0)
-    single = AUROC()
+    single = AUROCScore()
     single.update_from_batch(scores[:, 0], {"y": torch.tensor([[1], [0], [0]])})  # [N, 1] labels
     assert list(single.named_values("auroc")) == ["auroc"]
 
-    accuracy = MulticlassAccuracy(3)
+    accuracy = AccuracyScore(3)
     accuracy.update_from_batch(torch.eye(3)[[0, 1, 1]], {"y": torch.tensor([[0], [1], [2]])})
     values = accuracy.named_values("accuracy")
     assert list(values) == ["accuracy", "accuracy/0", "accuracy/1", "accuracy/2"]
     assert [float(v) for v in values.values()] == pytest.approx([2 / 3, 1.0, 1.0, 0.0])
 
-    full = FullRankingNDCG(ks=(1, 3), names=("ndcg@1", "ndcg"))
+    full = FullRankingNDCGScore(top_ks=(1, 3), names=("ndcg@1", "ndcg"))
     batch = {"heldout_items": torch.tensor([[2, -1]]), "heldout_relevance": torch.tensor([[1.0, 0.0]])}
-    assert full.reads(batch) and not NDCG().reads(batch)
+    assert full.reads(batch) and not NDCGScore().reads(batch)
     full.update_from_batch(torch.tensor([[0.3, 0.2, 0.1]]), batch)  # the held-out item ranks third
     assert {k: float(v) for k, v in full.named_values("unused").items()} == pytest.approx({"ndcg@1": 0.0, "ndcg": 0.5})
     with pytest.raises(ValueError, match="one logged name per cut-off"):
-        FullRankingNDCG(ks=(1, 3), names=("ndcg@1",))
+        FullRankingNDCGScore(top_ks=(1, 3), names=("ndcg@1",))
 
 
 def test_every_metric_is_a_batch_metric_that_names_its_fields():
     for name in ("ap", "auroc", "pauc_0.05_0.5", "accuracy", "ndcg@3"):
         metric = build_metric(name, num_classes=2)
         assert isinstance(metric, BatchMetric) and metric.inputs, name
-    assert FullRankingNDCG.inputs == ("heldout_items", "heldout_relevance")
-    assert FullRankingNDCG.optional_inputs == ("exclude_items",) and NDCG.optional_inputs == ("mask",)
+    assert FullRankingNDCGScore.inputs == ("heldout_items", "heldout_relevance")
+    assert FullRankingNDCGScore.optional_inputs == ("exclude_items",) and NDCGScore.optional_inputs == ("mask",)
 
 
 # ---------------------------------------------------------------------------- validate, then fit

@@ -12,7 +12,8 @@ import math
 import pytest
 import torch
 
-from fccolit.metrics import FullRankingNDCG, full_ranking_ndcg
+from fccolit.metrics import FullRankingNDCGScore
+from fccolit.metrics.functional import full_ranking_ndcg
 from fccolit.metrics.functional.ranking import _full_ranking_ndcg_prefix, _heldout_gain_lookup, _lookup_gains
 
 
@@ -77,11 +78,11 @@ def test_equals_dense_reference_with_ties_exclusion_and_empty_users(k, tie_level
         for gain in ("exp2", "linear"):
             for empty in ("zero", "one", "skip"):
                 for ex in (exclude, None):
-                    got = full_ranking_ndcg(scores, heldout, rel, ex, k=k, gain=gain, empty=empty)
+                    got = full_ranking_ndcg(scores, heldout, rel, ex, top_k=k, gain=gain, empty_query=empty)
                     expected = dense_reference(scores, heldout, rel, ex, k, gain, empty)
                     assert torch.equal(torch.isnan(got), torch.isnan(expected))
                     torch.testing.assert_close(got, expected, rtol=0, atol=1e-15, equal_nan=True)
-    assert bool(torch.isnan(full_ranking_ndcg(scores, heldout, rel, exclude, k=k, empty="skip")).any())
+    assert bool(torch.isnan(full_ranking_ndcg(scores, heldout, rel, exclude, top_k=k, empty_query="skip")).any())
 
 
 def test_float32_scores_and_one_topk_for_several_cutoffs():
@@ -93,7 +94,7 @@ def test_float32_scores_and_one_topk_for_several_cutoffs():
         expected = dense_reference(scores, heldout, rel, exclude, k)
         torch.testing.assert_close(torch.where(ideal > 0, prefix[:, k - 1], torch.zeros_like(ideal)),
                                    expected, rtol=0, atol=1e-15)
-    metric = FullRankingNDCG(ks)
+    metric = FullRankingNDCGScore(ks)
     metric.update(scores[:17], heldout[:17], rel[:17], exclude[:17])
     metric.update(scores[17:], heldout[17:], rel[17:], exclude[17:])
     out = metric.compute()
@@ -118,11 +119,11 @@ def test_gain_lookup_matches_a_dense_table_including_repeated_ids():
 
 def test_no_heldout_column_and_fewer_items_than_k():
     scores = torch.randn(4, 3, dtype=torch.float64)
-    out = full_ranking_ndcg(scores, torch.zeros(4, 0, dtype=torch.long), torch.zeros(4, 0), k=5, empty="one")
+    out = full_ranking_ndcg(scores, torch.zeros(4, 0, dtype=torch.long), torch.zeros(4, 0), top_k=5, empty_query="one")
     assert out.tolist() == [1.0] * 4
     heldout, rel = torch.tensor([[0], [1], [2], [-1]]), torch.tensor([[1.0], [2.0], [1.0], [0.0]])
     exclude = torch.tensor([[1, 2], [0, 2], [-1, -1], [0, 1]])  # every other item excluded
-    assert full_ranking_ndcg(scores, heldout, rel, exclude, k=5).tolist()[:2] == [1.0, 1.0]
+    assert full_ranking_ndcg(scores, heldout, rel, exclude, top_k=5).tolist()[:2] == [1.0, 1.0]
 
 
 @pytest.mark.parametrize("nan", [math.nan, -math.nan])  # either sign bit
@@ -139,15 +140,15 @@ def test_nan_scores_are_found_anywhere_without_a_full_pass(nan):
             item = int(torch.argmin(bad[user]))  # the lowest score: far from the top k
         bad[user, item] = nan
         with pytest.raises(ValueError, match=r"1 NaN value\(s\)"):
-            full_ranking_ndcg(bad, heldout, rel, exclude, k=1)
+            full_ranking_ndcg(bad, heldout, rel, exclude, top_k=1)
         with pytest.raises(ValueError, match=r"1 NaN value\(s\)"):
-            FullRankingNDCG((1, 3)).update(bad, heldout, rel, exclude)
+            FullRankingNDCGScore((1, 3)).update(bad, heldout, rel, exclude)
 
 
 def test_metric_reuses_its_scratch_buffer_across_chunks_dtypes_and_inference_mode():
     scores, heldout, rel, exclude = problem(11, users=30, items=50)
     expected = dense_reference(scores, heldout, rel, exclude, 5)
-    metric = FullRankingNDCG((5,))
+    metric = FullRankingNDCGScore((5,))
     with torch.inference_mode():  # trainer.validate: the scratch buffer is an inference tensor
         metric.update(scores[:20], heldout[:20], rel[:20], exclude[:20])
     scratch = metric._scratch

@@ -18,13 +18,13 @@ import torch.multiprocessing as mp
 from builders import free_port
 
 from fccolit.metrics import (
-    AUROC,
-    NDCG,
-    BinaryAveragePrecision,
+    AUROCScore,
+    NDCGScore,
+    APScore,
     EvaluationMetrics,
-    FullRankingNDCG,
-    MulticlassAccuracy,
-    PartialAUC,
+    FullRankingNDCGScore,
+    AccuracyScore,
+    PartialAUCScore,
 )
 
 WORLD = 2
@@ -59,15 +59,15 @@ def _data():
 
 def _metrics():
     return {
-        "ndcg@5": NDCG(k=5),
-        "ndcg_skip": NDCG(k=None, empty="skip", ties="pessimistic"),
-        "ap": BinaryAveragePrecision(),
-        "auroc": AUROC(),
-        "pauc_0.05_0.5": PartialAUC(0.05, 0.5),
-        "pauc_0_0.3_mcclish": PartialAUC(0.0, 0.3, "mcclish"),
-        "full": FullRankingNDCG(ks=(5, 10)),
-        "ap_tasks": BinaryAveragePrecision(),
-        "accuracy": MulticlassAccuracy(4),
+        "ndcg@5": NDCGScore(top_k=5),
+        "ndcg_skip": NDCGScore(top_k=None, empty_query="skip", ties="pessimistic"),
+        "ap": APScore(),
+        "auroc": AUROCScore(),
+        "pauc_0.05_0.5": PartialAUCScore(0.05, 0.5),
+        "pauc_0_0.3_mcclish": PartialAUCScore(0.0, 0.3, "mcclish"),
+        "full": FullRankingNDCGScore(top_ks=(5, 10)),
+        "ap_tasks": APScore(),
+        "accuracy": AccuracyScore(4),
     }
 
 
@@ -159,7 +159,7 @@ def _group_job(rank: int, outdir: str) -> None:
 
 
 def _group():
-    return EvaluationMetrics({"auroc": AUROC(), "ndcg@5": NDCG(k=5), "full": FullRankingNDCG(ks=(5,), names=("full@5",))})
+    return EvaluationMetrics({"auroc": AUROCScore(), "ndcg@5": NDCGScore(top_k=5), "full": FullRankingNDCGScore(top_ks=(5,), names=("full@5",))})
 
 
 def _group_batches(rank):

@@ -161,11 +161,11 @@ def test_training_on_multi_label_data_logs_the_mean_and_each_task(tmp_path):
 
 
 def test_multiclass_accuracy_overall_and_per_class():
-    from fccolit.metrics import MulticlassAccuracy, metric_kind
+    from fccolit.metrics import AccuracyScore, metric_kind
 
     assert metric_kind("val/accuracy") == "multiclass"
     metric = build_metric("accuracy")
-    assert isinstance(metric, MulticlassAccuracy)
+    assert isinstance(metric, AccuracyScore)
     scores = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 2.0, 1.0]])
     labels = torch.tensor([0, 1, 1, 2, 2])
     metric.update(scores[:2], labels[:2])

@@ -8,7 +8,8 @@ import pytest
 import torch
 from builders import float64_batch, whole_list_ltr_data
 
-from fccolit.metrics import FullRankingNDCG, NDCG, full_ranking_ndcg, ndcg_at_k
+from fccolit.metrics import FullRankingNDCGScore, NDCGScore
+from fccolit.metrics.functional import full_ranking_ndcg, ndcg_at_k
 from fccolit.models.ltr import ContextAwareRanker, ListMLP
 from fccolit.models.neumf import NeuMF
 from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
@@ -342,12 +343,12 @@ def test_ndcg_of_an_ideal_ranking_is_one_and_matches_brute_force():
     rel = torch.randint(0, 5, (20, 12), generator=g).double()
     rel[:, 0] = 3.0
     for k in (1, 3, 5, 10, None):
-        ideal = ndcg_at_k(rel + 1e-3 * torch.arange(12, 0, -1), rel, k=k)  # relevance order, ties broken
+        ideal = ndcg_at_k(rel + 1e-3 * torch.arange(12, 0, -1), rel, top_k=k)  # relevance order, ties broken
         assert torch.allclose(ideal, torch.ones(20, dtype=torch.float64))
         scores = torch.randn(20, 12, generator=g, dtype=torch.float64)
         expected = [brute_ndcg(scores[q].tolist(), rel[q].tolist(), k or 12) for q in range(20)]
-        assert torch.allclose(ndcg_at_k(scores, rel, k=k), torch.tensor(expected, dtype=torch.float64), rtol=1e-12)
-        metric = NDCG(k=k)
+        assert torch.allclose(ndcg_at_k(scores, rel, top_k=k), torch.tensor(expected, dtype=torch.float64), rtol=1e-12)
+        metric = NDCGScore(top_k=k)
         metric.update(scores[:7], rel[:7])
         metric.update(scores[7:], rel[7:])
         assert float(metric.compute()) == pytest.approx(sum(expected) / 20, rel=1e-12)
@@ -364,12 +365,12 @@ def test_full_ranking_ndcg_of_one_heldout_item_is_its_discount():
     rank = (ranked > ranked.gather(1, held)).sum(1) + 1
     for k in (1, 10, 20):
         expected = torch.where(rank <= k, 1 / torch.log2(rank.double() + 1), torch.zeros(4, dtype=torch.float64))
-        got = full_ranking_ndcg(scores, held, torch.full((4, 1), 4.0), exclude, k=k)
+        got = full_ranking_ndcg(scores, held, torch.full((4, 1), 4.0), exclude, top_k=k)
         assert torch.allclose(got, expected, rtol=1e-12)
-    metric = FullRankingNDCG(ks=(1, 10))
+    metric = FullRankingNDCGScore(top_ks=(1, 10))
     metric.update(scores, held, torch.full((4, 1), 4.0), exclude)
     assert float(metric.compute()[10]) == pytest.approx(
-        float(full_ranking_ndcg(scores, held, torch.ones(4, 1), exclude, k=10).mean()), rel=1e-12
+        float(full_ranking_ndcg(scores, held, torch.ones(4, 1), exclude, top_k=10).mean()), rel=1e-12
     )
 
 

@@ -37,19 +37,26 @@ References:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
+from fccolit._checks import check_choice
+
 __all__ = [
-    "average_precision",
-    "auroc",
-    "partial_auc",
+    "ap_score",
+    "auroc_score",
+    "partial_auc_score",
     "partial_auc_sorted_negatives",
     "ROCVertices",
+    "Normalization",
 ]
 
-_NORMALIZATIONS = ("normalized", "raw", "mcclish")
+#: how a partial AUC is scaled: the area divided by the range's width, the area itself, or McClish's standardization
+Normalization = Literal["normalized", "raw", "mcclish"]
+
+_NORMALIZATIONS = get_args(Normalization)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -119,6 +126,19 @@ def _check_range(fpr_min: float, fpr_max: float) -> tuple[float, float]:
     return lo, hi
 
 
+def _check_partial_auc_args(fpr_min: float, fpr_max: float, normalization: str) -> tuple[float, float]:
+    """``(fpr_min, fpr_max)`` as floats, or ValueError on a bad range, an unknown normalization, or McClish's
+    standardization on a range that does not start at 0."""
+    check_choice("normalization", normalization, _NORMALIZATIONS)
+    lo, hi = _check_range(fpr_min, fpr_max)
+    if normalization == "mcclish" and lo != 0.0:
+        raise ValueError(
+            f"McClish standardization is defined for the range [0, fpr_max] only, got fpr_min={fpr_min}; "
+            "use normalization='normalized' or 'raw'"
+        )
+    return lo, hi
+
+
 def _snap(x: float, scale: int) -> float:
     """``x`` with float noise from ``fraction * n`` removed (e.g. ``0.05 * 200`` -> exactly ``10.0``)."""
     r = round(x)
@@ -181,7 +201,7 @@ def _roc_counts(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
 # ----------------------------------------------------------------------------------------------------------
 # functional metrics
 # ----------------------------------------------------------------------------------------------------------
-def average_precision(preds: Tensor, target: Tensor) -> Tensor:
+def ap_score(preds: Tensor, target: Tensor) -> Tensor:
     """Exact (non-interpolated) average precision, ``AP = Σ_t (R_t − R_{t−1}) · P_t``.
 
     ``t`` runs over the distinct score thresholds in decreasing order; ``P_t`` and ``R_t`` are the
@@ -204,7 +224,7 @@ def average_precision(preds: Tensor, target: Tensor) -> Tensor:
     return _average_precision_of(ROCVertices(*_roc_counts(preds, target)))
 
 
-def auroc(preds: Tensor, target: Tensor) -> Tensor:
+def auroc_score(preds: Tensor, target: Tensor) -> Tensor:
     """Area under the ROC curve, ``(1/(N+ N−)) Σ_{i∈+} Σ_{j∈−} (1[s_i > s_j] + ½·1[s_i = s_j])``.
 
     Computed as the trapezoidal area under the ROC curve (see the module docstring), which is that
@@ -231,22 +251,22 @@ def _roc_area_between(fps: Tensor, tps: Tensor, lo: float, hi: float) -> Tensor:
     return (width * (ya + yb)).sum() / 2.0
 
 
-def partial_auc(
+def partial_auc_score(
     preds: Tensor,
     target: Tensor,
     fpr_min: float,
     fpr_max: float,
-    normalization: str = "normalized",
+    normalization: Normalization = "normalized",
 ) -> Tensor:
     """Partial area under the ROC curve for FPR in ``[fpr_min, fpr_max]``.
 
     The ROC curve (module docstring) is integrated exactly between the two FPR values, interpolating it
     linearly where an end falls inside a segment. Ties between the classes appear as diagonal segments, so
-    ``partial_auc(p, y, 0, 1, "raw") == auroc(p, y)`` with ties, and raw areas are additive over adjacent
+    ``partial_auc_score(p, y, 0, 1, "raw") == auroc_score(p, y)`` with ties, and raw areas are additive over adjacent
     ranges.
 
     Args:
-        preds, target: as in :func:`auroc`.
+        preds, target: as in :func:`auroc_score`.
         fpr_min, fpr_max: the FPR range ``0 <= α < β <= 1``.
         normalization:
 
@@ -258,34 +278,27 @@ def partial_auc(
     Returns:
         0-d float64 tensor. Raises ValueError unless both classes are present.
     """
-    if normalization not in _NORMALIZATIONS:
-        raise ValueError(f"normalization must be one of {_NORMALIZATIONS}, got {normalization!r}")
-    lo, hi = _check_range(fpr_min, fpr_max)
-    if normalization == "mcclish" and lo != 0.0:
-        raise ValueError(
-            f"McClish standardization is defined for the range [0, fpr_max] only, got fpr_min={fpr_min}; "
-            "use normalization='normalized' or 'raw'"
-        )
+    lo, hi = _check_partial_auc_args(fpr_min, fpr_max, normalization)
     preds, target = _validate_binary(preds, target)
     _require_both_classes(target, "partial AUC")
     return _partial_auc_of(ROCVertices(*_roc_counts(preds, target)), lo, hi, normalization)
 
 
 def _average_precision_of(roc: ROCVertices) -> Tensor:
-    """:func:`average_precision` from the ROC vertices (at least one positive)."""
+    """:func:`ap_score` from the ROC vertices (at least one positive)."""
     fps, tps = roc.fps, roc.tps
     precision = tps[1:] / (tps[1:] + fps[1:])
     return ((tps[1:] - tps[:-1]) * precision).sum() / roc.num_positives
 
 
 def _auroc_of(roc: ROCVertices) -> Tensor:
-    """:func:`auroc` from the ROC vertices (both classes present)."""
+    """:func:`auroc_score` from the ROC vertices (both classes present)."""
     fps, tps = roc.fps, roc.tps
     return ((fps[1:] - fps[:-1]) * (tps[1:] + tps[:-1])).sum() / (2.0 * roc.num_positives * roc.num_negatives)
 
 
-def _partial_auc_of(roc: ROCVertices, lo: float, hi: float, normalization: str) -> Tensor:
-    """:func:`partial_auc` from the ROC vertices (both classes present; range and normalization checked)."""
+def _partial_auc_of(roc: ROCVertices, lo: float, hi: float, normalization: Normalization) -> Tensor:
+    """:func:`partial_auc_score` from the ROC vertices (both classes present; range and normalization checked)."""
     n_pos, n_neg = roc.num_positives, roc.num_negatives
     area = _roc_area_between(roc.fps, roc.tps, _snap(lo * n_neg, n_neg), _snap(hi * n_neg, n_neg)) / (n_pos * n_neg)
     if normalization == "raw":
@@ -314,12 +327,12 @@ def partial_auc_sorted_negatives(preds: Tensor, target: Tensor, fpr_min: float, 
     negatives count fractionally); this is eq. (2) when ``m, n`` are integers. (Float noise such as
     ``0.05 · 200 = 10.000000000000002`` is snapped to the integer.)
 
-    Relation to :func:`partial_auc`: without ties between a positive and a negative the ROC curve is a
+    Relation to :func:`partial_auc_score`: without ties between a positive and a negative the ROC curve is a
     staircase whose height over ``[(j−1)/N−, j/N−]`` is ``#{i∈+ : s_i > s_[j]}/N+``, so the ROC area
     ``A(α, β) = (1/(N+ N−)) Σ_j w_j #{i : s_i > s_[j]}`` and
 
-        ``partial_auc_sorted_negatives(p, y, α, β) == partial_auc(p, y, α, β, "normalized")
-        == partial_auc(p, y, α, β, "raw") / (β − α)``
+        ``partial_auc_sorted_negatives(p, y, α, β) == partial_auc_score(p, y, α, β, "normalized")
+        == partial_auc_score(p, y, α, β, "raw") / (β − α)``
 
     (exactly for integer ``N−α``, ``N−β`` as eq. (2) states, and with the fractional weights also for
     non-integer ones). With positive/negative ties this value is lower: ties count 0 here and 1/2 there.

@@ -12,7 +12,7 @@ Everything is computed in float64 and vectorized over queries (sorts, cumulative
 ``[Q, L]`` tensors); no Python loop over queries. The functions run on whatever device their inputs are on.
 
 Relation to torchmetrics: ``RetrievalNormalizedDCG(top_k=k)`` uses a linear gain and averages discounts
-over tied groups exactly like ``ties="average"`` here, so ``ndcg_at_k(p, y, k)`` equals it when it is fed
+over tied groups exactly like ``ties="average"`` here, so ``ndcg_at_k(p, y, top_k=k)`` equals it when it is fed
 ``target = 2**y - 1`` (tested). Its functional ``retrieval_normalized_dcg`` on a ``[Q, L]`` tensor flattens
 all queries into one ranking, which is not the per-query mean computed here.
 
@@ -24,36 +24,43 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
+from fccolit._checks import check_choice
+
 __all__ = [
     "ndcg_at_k",
     "full_ranking_ndcg",
+    "Gain",
+    "EmptyQuery",
+    "Ties",
 ]
 
-_GAINS = ("exp2", "linear")
-_EMPTY = ("zero", "one", "skip")
-_TIES = ("average", "pessimistic", "optimistic")
+#: the gain of a relevance label y: ``2**y - 1`` or ``y``
+Gain = Literal["exp2", "linear"]
+#: what NDCG counts for a query (or user) without relevant items (ideal DCG 0): 0, 1, or nothing (skipped)
+EmptyQuery = Literal["zero", "one", "skip"]
+#: how items with equal scores are ranked
+Ties = Literal["average", "pessimistic", "optimistic"]
+
+_GAINS = get_args(Gain)
+_EMPTY = get_args(EmptyQuery)
+_TIES = get_args(Ties)
 
 
 # ----------------------------------------------------------------------------------------------------------
 # helpers
 # ----------------------------------------------------------------------------------------------------------
-def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
-
-
-def _check_k(k: int | None) -> None:
-    if k is None:
+def _check_top_k(top_k: int | None, name: str = "top_k") -> None:
+    if top_k is None:
         return
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise ValueError(f"k must be a positive int or None (full list), got {k!r}")
-    if k < 1:
-        raise ValueError(f"k must be >= 1 (or None for the full list), got k={k}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise ValueError(f"{name} must be a positive int or None (full list), got {top_k!r}")
+    if top_k < 1:
+        raise ValueError(f"{name} must be >= 1 (or None for the full list), got {name}={top_k}")
 
 
 def _gain(y: Tensor, gain: str) -> Tensor:
@@ -95,11 +102,11 @@ def _apply_empty(value: Tensor, ideal: Tensor, empty: str) -> Tensor:
 def ndcg_at_k(
     preds: Tensor,
     target: Tensor,
-    k: int | None = None,
+    top_k: int | None = None,
     mask: Tensor | None = None,
-    gain: str = "exp2",
-    empty: str = "zero",
-    ties: str = "average",
+    gain: Gain = "exp2",
+    empty_query: EmptyQuery = "zero",
+    ties: Ties = "average",
 ) -> Tensor:
     """Per-query NDCG@k of padded score lists, vectorized over queries.
 
@@ -108,14 +115,14 @@ def ndcg_at_k(
             padded positions are ignored (they may be anything, including NaN or -inf).
         target: ``[Q, L]`` relevance labels ``y >= 0`` (int or float, graded allowed). Padded positions are
             ignored.
-        k: truncation depth (``>= 1``); ``None`` means the full list. ``k`` larger than a query's length is
-            the same as the full list.
+        top_k: truncation depth (``>= 1``); ``None`` means the full list. ``top_k`` larger than a query's length
+            is the same as the full list.
         mask: ``[Q, L]`` bool, ``True`` marks real items and ``False`` padding; ``None`` means every position
             is real. Padded items are neither ranked nor part of the ideal ranking, so padding never
             changes the value.
         gain: ``"exp2"`` for ``G(y) = 2**y - 1`` (Qiu et al., allRank, LibAUC) or ``"linear"`` for
             ``G(y) = y`` (torchmetrics, sklearn).
-        empty: what a query whose ideal DCG is 0 (no item with positive gain among its real items,
+        empty_query: what a query whose ideal DCG is 0 (no item with positive gain among its real items,
             including a query with no real item at all) scores:
 
             * ``"zero"``: 0 (torchmetrics' default ``empty_target_action="neg"``);
@@ -134,13 +141,13 @@ def ndcg_at_k(
 
     Returns:
         ``[Q]`` float64 tensor of per-query NDCG@k in ``[0, 1]`` (NaN for empty queries under
-        ``empty="skip"``).
+        ``empty_query="skip"``).
 
     Raises:
-        ValueError: on shape mismatch, ``k < 1``, an unknown policy, NaN scores or NaN / negative relevance
+        ValueError: on shape mismatch, ``top_k < 1``, an unknown policy, NaN scores or NaN / negative relevance
             on real items.
     """
-    return _ndcg_lists(preds, target, k, mask, gain, empty, ties)[0]
+    return _ndcg_lists(preds, target, top_k, mask, gain, empty_query, ties)[0]
 
 
 def _ndcg_lists(
@@ -155,10 +162,10 @@ def _ndcg_lists(
 ) -> tuple[Tensor, Tensor]:
     """:func:`ndcg_at_k` ``[Q]``, and from the same sort NDCG@j for ``j = 1..prefix_length`` ``[Q, prefix_length]``
     (a cut-off past a list's end is its full list; the empty policy as for the value)."""
-    _check_choice("gain", gain, _GAINS)
-    _check_choice("empty", empty, _EMPTY)
-    _check_choice("ties", ties, _TIES)
-    _check_k(k)
+    check_choice("gain", gain, _GAINS)
+    check_choice("empty_query", empty, _EMPTY)
+    check_choice("ties", ties, _TIES)
+    _check_top_k(k)
     if preds.ndim != 2:
         raise ValueError(f"preds must have shape [Q, L] (queries x list length), got shape {tuple(preds.shape)}")
     if target.shape != preds.shape:
@@ -316,7 +323,7 @@ def _full_ranking_ndcg_prefix(
         raise ValueError(
             f"exclude_items must have shape [U, E] with U={n_users}, got {tuple(exclude_items.shape)}"
         )
-    _check_k(k_max)
+    _check_top_k(k_max)
     device = scores.device
     heldout_items = heldout_items.to(device=device, dtype=torch.long)
     if exclude_items is not None:
@@ -386,9 +393,9 @@ def full_ranking_ndcg(
     heldout_items: Tensor,
     heldout_relevance: Tensor,
     exclude_items: Tensor | None = None,
-    k: int = 10,
-    gain: str = "exp2",
-    empty: str = "zero",
+    top_k: int = 10,
+    gain: Gain = "exp2",
+    empty_query: EmptyQuery = "zero",
 ) -> Tensor:
     """Per-user NDCG@k of a full ranking over all items (the recommender "all-ranking" protocol).
 
@@ -407,9 +414,9 @@ def full_ranking_ndcg(
         exclude_items: optional ``[U, E]`` long item ids padded with ``-1``: the user's training items. They
             are removed from the ranking (score set to ``-inf``) so they never occupy a top-k slot; a
             held-out item listed here is nevertheless kept in the ranking with its own score.
-        k: cut-off (``>= 1``); a ``k`` larger than ``I`` is the full list.
+        top_k: cut-off (``>= 1``); a ``top_k`` larger than ``I`` is the full list.
         gain: ``"exp2"`` (``2**rel - 1``) or ``"linear"`` (``rel``).
-        empty: users without held-out relevance (IDCG 0) score 0 (``"zero"``), 1 (``"one"``) or NaN
+        empty_query: users without held-out relevance (IDCG 0) score 0 (``"zero"``), 1 (``"one"``) or NaN
             (``"skip"``).
 
     Ties: the top k is taken with ``torch.topk``, so items with equal scores are ordered however
@@ -420,8 +427,8 @@ def full_ranking_ndcg(
     Returns:
         ``[U]`` float64 tensor of NDCG@k.
     """
-    _check_choice("gain", gain, _GAINS)
-    _check_choice("empty", empty, _EMPTY)
-    _check_k(k)
-    prefix, ideal = _full_ranking_ndcg_prefix(scores, heldout_items, heldout_relevance, exclude_items, k, gain)
-    return _apply_empty(prefix[:, k - 1], ideal, empty)
+    check_choice("gain", gain, _GAINS)
+    check_choice("empty_query", empty_query, _EMPTY)
+    _check_top_k(top_k)
+    prefix, ideal = _full_ranking_ndcg_prefix(scores, heldout_items, heldout_relevance, exclude_items, top_k, gain)
+    return _apply_empty(prefix[:, top_k - 1], ideal, empty_query)
