@@ -10,7 +10,7 @@ All three are SOX (one moving average per relevant (query, item) pair, selective
   moving average s_q of ``∂²_λ L_q`` for the implicit gradient; the *practical* one (eq. (8)) stops the gradient
   through ψ and needs no s_q. The attribute :attr:`KSONG.estimator` switches between them
   (:class:`fccolit.callbacks.stop_gradient.StopGradientSwitch` flips it during training);
-* :class:`SOLC` (Algorithm 3): SOX on :class:`~fccolit.objectives.ndcg.SOLCListwiseCE` with the freshly updated
+* :class:`SOLC` (Algorithm 3): SOX on :class:`~fccolit.objectives.listwise.SOLCListwiseCE` with the freshly updated
   u and a log-domain state; the warm-up of the other two (:class:`fccolit.callbacks.warmup.WarmUp`).
 
 Evaluation: learning-to-rank batches (``features``, ``relevance``, ``mask``) are scored list by list and feed
@@ -35,7 +35,8 @@ from torch import nn
 from fccolit.algorithms.sox import SOX
 from fccolit.metrics import EvaluationMetrics, FullRankingNDCGScore, NDCGScore
 from fccolit.objectives.base import FCCOObjective, InnerBatch
-from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
+from fccolit.objectives.listwise import SOLCListwiseCE
+from fccolit.objectives.ndcg import NDCGSurrogate, TopKNDCGSurrogate
 from fccolit.state import IndexedState, StateUpdate
 
 #: Default metrics (Qiu et al., §7.1 and §7.2): NDCG@{1,3,5} for learning to rank, @{10,20,50} for recommendation.
@@ -343,7 +344,7 @@ class SOLC(RankingSOX):
 
     Args:
         model: see :class:`RankingSOX`.
-        objective: default :class:`~fccolit.objectives.ndcg.SOLCListwiseCE` (needs ``log_inner``).
+        objective: default :class:`~fccolit.objectives.listwise.SOLCListwiseCE` (needs ``log_inner``).
         ema_weight: γ0 (0.1: the authors' warm-up γ0 and the best of Fig. 11's left panels).
         u_for_gradient: ``"fresh"`` (Algorithm 3, default) or ``"previous"``.
         (the rest): see :class:`RankingSOX`.

@@ -150,26 +150,6 @@ class AveragePrecision(FCCOObjective):
         self.inner_estimator, self.inner_scale, self.score_range = inner_estimator, inner_scale, score_range
         self.loss = pairwise_surrogate(surrogate, margin, scale)
         self.loss_with_slope = pairwise_surrogate_with_slope(surrogate, margin, scale)
-        self.sizes: dict[str, int] = {}
-
-    # ------------------------------------------------------------------ data sizes
-    def bind_sizes(self, sizes: dict[str, int]) -> None:
-        """Take the training data's sizes (``num_samples`` = n, ``num_positives`` = m)."""
-        self.sizes = {k: int(v) for k, v in sizes.items()}
-
-    # FCCOModule.make_state passes the module's data sizes to num_rows and state_bounds: bind them there (until
-    # FCCOModule calls bind_sizes itself).
-    def num_rows(self, sizes: dict[str, int]) -> int:
-        self.bind_sizes(sizes)
-        return super().num_rows(sizes)
-
-    def _size(self, key: str, why: str) -> int:
-        if key not in self.sizes:
-            raise ValueError(
-                f"AveragePrecision({why}) needs the training data's '{key}': build it through an fccolit module "
-                "with the DataModule's sizes (data_sizes), or call bind_sizes(sizes)"
-            )
-        return self.sizes[key]
 
     # ------------------------------------------------------------------ the inner values
     def _scores(self, scores: torch.Tensor) -> torch.Tensor:
@@ -195,7 +175,7 @@ class AveragePrecision(FCCOObjective):
             else:
                 value = self._reweighted(ell, y, anchors)
         if self.inner_scale == "sum" and self.inner_estimator == "batch_mean":
-            value = value * self._size("num_samples", "inner_scale='sum'")
+            value = value * self.data_size("num_samples", "inner_scale='sum'")
         return InnerBatch(index=batch["pos_index"].reshape(-1).index_select(0, anchors), value=value)
 
     def exact_value(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -212,8 +192,8 @@ class AveragePrecision(FCCOObjective):
 
     def _reweighted(self, ell: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
         """The class-stratified unbiased estimate (class docstring), ``[P, 2]``."""
-        n = self._size("num_samples", "inner_estimator='reweighted'")
-        m = self._size("num_positives", "inner_estimator='reweighted'")
+        n = self.data_size("num_samples", "inner_estimator='reweighted'")
+        m = self.data_size("num_positives", "inner_estimator='reweighted'")
         p, q = y.sum(), (1.0 - y).sum()  # positives and negatives of the batch (tensors: no host sync)
         other_pos = torch.where(p > 1, (m - 1) / (p - 1).clamp_min(1.0), torch.zeros_like(p))
         neg = torch.where(q > 0, (n - m) / q.clamp_min(1.0), torch.zeros_like(q))
@@ -251,7 +231,6 @@ class AveragePrecision(FCCOObjective):
         return lower, upper
 
     def state_bounds(self, sizes: dict[str, int]) -> tuple[object, object]:
-        self.bind_sizes(sizes)
         if not self.project:
             return None, None
         return self.omega(sizes)

@@ -96,12 +96,30 @@ class FCCOObjective(nn.Module):
             (grad,) = torch.autograd.grad(self.outer(u, context).sum(), u)
         return grad
 
-    def bind_sizes(self, sizes: dict[str, int]) -> None:
-        """Receive the DataModule's sizes before the state is built (called by the algorithm module).
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: dict[str, int] = {}
 
-        Objectives whose estimator needs data counts (e.g. the class-reweighted AP estimator needs n and m)
-        read them here. The default does nothing.
+    def bind_sizes(self, sizes: dict[str, int]) -> None:
+        """Receive the DataModule's sizes before the state is built (called by the algorithm module when it is built).
+
+        The default keeps them in ``self.sizes`` for objectives whose estimator needs data counts (e.g. the
+        class-reweighted AP estimator needs n and m), read with :meth:`data_size`.
         """
+        self.sizes = {k: int(v) for k, v in sizes.items()}
+
+    def data_size(self, key: str, why: str) -> int:
+        """The bound size ``key`` (e.g. ``"num_samples"``); ``why`` names the option that needs it in the error.
+
+        Raises:
+            ValueError: the sizes were not bound or lack ``key``.
+        """
+        if key not in self.sizes:
+            raise ValueError(
+                f"{type(self).__name__}({why}) needs the training data's '{key}': build it through an fccolit module "
+                "with the DataModule's sizes (data_sizes), or call bind_sizes(sizes)"
+            )
+        return self.sizes[key]
 
     def state_bounds(self, sizes: dict[str, int]) -> tuple[object, object]:
         """Projection box Ω for the state rows as ``(lower, upper)`` (None: no projection)."""

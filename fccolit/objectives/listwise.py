@@ -1,5 +1,7 @@
-"""Listwise cross-entropy (ListNet top-one) as an FCCO problem (Wang & Yang, ICML 2022, §5; SOLC's objective, Qiu
-et al., ICML 2022, §6 and App. B).
+"""Listwise cross-entropy (ListNet top-one) as an FCCO problem (Wang & Yang, ICML 2022, §5), and SOLC's form of it
+(Qiu et al., ICML 2022, §6 and App. B), the warm-up objective of SONG / K-SONG.
+
+Both read the ranking batch (:mod:`fccolit.objectives.ranking_batch`).
 
 References:
     * Wang & Yang (ICML 2022): Bokun Wang and Tianbao Yang, "Finite-Sum Coupled Compositional Stochastic
@@ -11,11 +13,16 @@ References:
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
 
+from fccolit._checks import check_choice
 from fccolit.objectives.base import FCCOObjective, InnerBatch
+from fccolit.objectives.ranking_batch import (
+    INNER_ESTIMATORS, NORMALIZATIONS, anchor_item_weights, anchors, field, list_mask, row_weights,
+)
 
 WEIGHTS = ("linear", "uniform", "none")
 
@@ -88,19 +95,11 @@ class ListwiseCE(FCCOObjective):
 
     def __init__(self, relevance_weight: str = "linear", inner_estimator: str = "list_mean") -> None:
         super().__init__()
-        if relevance_weight not in WEIGHTS:
-            raise ValueError(f"relevance_weight must be one of {', '.join(WEIGHTS)}, got {relevance_weight!r}")
-        if inner_estimator not in ("list_mean", "stratified"):
-            raise ValueError(f"inner_estimator must be 'list_mean' or 'stratified', got {inner_estimator!r}")
+        check_choice("relevance_weight", relevance_weight, WEIGHTS)
+        check_choice("inner_estimator", inner_estimator, INNER_ESTIMATORS)
         self.relevance_weight, self.inner_estimator = relevance_weight, inner_estimator
 
     # ------------------------------------------------------------------ per-row quantities
-    @staticmethod
-    def _field(batch: dict[str, torch.Tensor], key: str, why: str) -> torch.Tensor:
-        if key not in batch:
-            raise KeyError(f"ListwiseCE({why}) needs the batch field '{key}' [B]; the batch has {sorted(batch)}")
-        return batch[key]
-
     def _check_full_relevant(self, relevant: torch.Tensor, batch: dict[str, torch.Tensor], why: str) -> None:
         """The list must hold every relevant item of its query when a normalizer is computed from the list."""
         if "num_relevant" in batch and relevant.device.type == "cpu":
@@ -133,40 +132,108 @@ class ListwiseCE(FCCOObjective):
         return rel / total.clamp_min(torch.finfo(rel.dtype).tiny).unsqueeze(1)
 
     # ------------------------------------------------------------------ FCCO interface
-    def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+    def _check_scores_2d(self, scores: torch.Tensor) -> None:
         if scores.dim() != 2:
-            raise ValueError(f"ListwiseCE expects scores [B, L] (one score per list entry), got {tuple(scores.shape)}")
-        pair_index = batch["pair_index"]
-        mask = batch.get("mask")
-        mask = torch.ones_like(pair_index, dtype=torch.bool) if mask is None else mask.bool()
+            raise ValueError(
+                f"{type(self).__name__} expects scores [B, L] (one score per list entry), got {tuple(scores.shape)}"
+            )
+
+    def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+        who = type(self).__name__
+        self._check_scores_2d(scores)
+        mask = list_mask(batch, batch["pair_index"])
         relevant = mask & (batch["relevance"] > 0)
-        rows = torch.nonzero(pair_index >= 0)  # [R, 2]: (list, position) of each anchor
-        q, a = rows[:, 0], rows[:, 1]
+        q, a = anchors(batch)  # (list, position) of each anchor
         s = scores.index_select(0, q)  # [R, L]
         real = mask.index_select(0, q)
         # e_x = exp(h(x) − h(x_i)), exactly 0 on padding (whose scores may be anything: never exponentiated)
         e = torch.exp(torch.where(real, s - s.gather(1, a.unsqueeze(1)), torch.zeros_like(s))) * real
-        num_items = self._field(batch, "num_items", "the log N_q constant").to(scores.dtype).index_select(0, q)
+        num_items = field(batch, "num_items", who).to(scores.dtype).index_select(0, q)
         if self.inner_estimator == "list_mean":
             value = e.sum(1) / real.sum(1).to(scores.dtype)
         else:
-            n_rel = self._field(batch, "num_relevant", "inner_estimator='stratified'").to(scores.dtype).index_select(0, q)
-            rel_q = relevant.index_select(0, q).to(scores.dtype)
-            other_q = (mask & ~relevant).index_select(0, q).to(scores.dtype)
-            own = torch.zeros_like(e).scatter_(1, a.unsqueeze(1), 1.0)  # the anchor's own position
-            p_q, m_q = rel_q.sum(1), other_q.sum(1)
-            w_rel = torch.where(p_q > 1, (n_rel - 1) / (p_q - 1).clamp_min(1.0), torch.zeros_like(p_q))
-            w_other = torch.where(m_q > 0, (num_items - n_rel) / m_q.clamp_min(1.0), torch.zeros_like(m_q))
-            weight = own + (1 - own) * (rel_q * w_rel.unsqueeze(1) + other_q * w_other.unsqueeze(1))
-            value = (e * weight).sum(1) / num_items
+            value = (e * anchor_item_weights(batch, q, a, self.inner_estimator, scores.dtype, who)).sum(1)
         context = {
             "weight": self.pair_weight(batch, relevant)[q, a].to(scores.dtype),
             "log_num_items": torch.log(num_items),
         }
-        return InnerBatch(index=pair_index[q, a], value=value.unsqueeze(-1), context=context)
+        return InnerBatch(index=batch["pair_index"][q, a], value=value.unsqueeze(-1), context=context)
 
     def outer(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
         return context["weight"] * (torch.log(u[:, 0]) + context["log_num_items"])
 
     def outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
         return (context["weight"] / u[:, 0]).unsqueeze(-1)
+
+
+class SOLCListwiseCE(ListwiseCE):
+    r"""Listwise cross-entropy as SOLC optimizes it, the warm-up objective of SONG / K-SONG (Qiu et al., ICML 2022).
+
+    Qiu et al.'s App. B.
+
+    .. math::
+
+        F(w) = \frac{1}{N} \sum_q \frac{1}{N_q} \sum_{x_i \in S_q^+} -\ln \frac{e^{h_q(x_i)}}{\sum_{x_j \in S_q} e^{h_q(x_j)}}
+             = \frac{1}{N} \sum_q \sum_{i \in S_q^+} f_{q,i}(g_{q,i}), \quad
+        g_{q,i} = \frac{1}{N_q}\sum_{j \in S_q} e^{h_j - h_i}, \quad f_{q,i}(u) = \frac{\ln u + \ln N_q}{N_q}
+
+    It is :class:`ListwiseCE` (whose inner value, f and ∇f = weight/u it reuses) with
+    the pair weight ``P = 1`` per relevant item (``relevance_weight="none"``, as printed; ``"uniform"`` /
+    ``"linear"`` give ListNet's normalized targets), times ``1/N_q`` (``list_size_weight=True``, as printed: App. B
+    and §6; False drops it, as LibAUC's ``ListwiseCELoss`` does), times the row weight of ``normalization``
+    (``"per_query"``: the 1/N over queries of the formula, a user weighted by their number of relevant items;
+    ``"query_mean"``: every user weighted equally, Algorithm 3's average, which the SOLC warm-up configs use;
+    ``"pairs"``: a mean over pairs).
+
+    The printed Algorithm 3 omits the factor ``exp(h_j − h_i)`` in its gradient; the
+    estimator of :class:`~fccolit.algorithms.song.SOLC` is ``∇f(u)·∇ĝ``, which has it. For SOLC's log-domain
+    state, :meth:`log_inner` gives ``ln ĝ`` by a log-sum-exp (no overflow for large score gaps).
+    """
+
+    def __init__(
+        self,
+        relevance_weight: str = "none",
+        inner_estimator: str = "list_mean",
+        normalization: str = "per_query",
+        list_size_weight: bool = True,
+    ) -> None:
+        super().__init__(relevance_weight=relevance_weight, inner_estimator=inner_estimator)
+        check_choice("normalization", normalization, NORMALIZATIONS)
+        self.normalization, self.list_size_weight = normalization, bool(list_size_weight)
+
+    default_metrics: ClassVar[tuple[str, ...]] = ("ndcg@1", "ndcg@3", "ndcg@5")
+
+    def pair_weight(self, batch: dict[str, torch.Tensor], relevant: torch.Tensor) -> torch.Tensor:
+        weight = super().pair_weight(batch, relevant)  # [B, L] float64
+        if self.list_size_weight:
+            n = field(batch, "num_items", type(self).__name__).to(weight.dtype)
+            weight = weight / n.unsqueeze(1)
+        pair_index = batch["pair_index"]
+        q, _ = anchors(batch)
+        per_row = torch.zeros(pair_index.shape[0], dtype=weight.dtype, device=weight.device)
+        per_row.index_copy_(0, q, row_weights(batch, q, self.normalization, weight.dtype))  # equal within a row
+        return weight * per_row.unsqueeze(1)
+
+    def log_inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+        """Like :meth:`inner` with ``value = ln ĝ`` ``[R, 1]`` (differentiable), computed as a log-sum-exp."""
+        self._check_scores_2d(scores)
+        q, a = anchors(batch)
+        mask = list_mask(batch, batch["pair_index"])
+        if self.inner_estimator == "list_mean":  # ln ĝ = logsumexp_{real j}(h_j) − h_i − ln |B_q|
+            real = torch.where(mask, scores, torch.full_like(scores, -math.inf))
+            log_count = torch.log(mask.sum(1).to(scores.dtype))
+            value = (torch.logsumexp(real, dim=1) - log_count).index_select(0, q) - scores[q, a]
+            value = value.unsqueeze(1)
+        else:
+            s = scores.index_select(0, q)
+            c = anchor_item_weights(batch, q, a, self.inner_estimator, scores.dtype, type(self).__name__)
+            log_c = torch.where(c > 0, torch.log(c.clamp_min(torch.finfo(c.dtype).tiny)), torch.full_like(c, -math.inf))
+            value = torch.logsumexp(s - s.gather(1, a.unsqueeze(1)) + log_c, dim=1, keepdim=True)
+        relevant = mask & (batch["relevance"] > 0)
+        num_items = field(batch, "num_items", type(self).__name__).to(scores.dtype).index_select(0, q)
+        context = {"weight": self.pair_weight(batch, relevant)[q, a].to(scores.dtype), "log_num_items": torch.log(num_items)}
+        return InnerBatch(index=batch["pair_index"][q, a], value=value, context=context)
+
+    def outer_log(self, log_u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``f(u)`` from ``ln u`` ``[R, 1]``: ``weight · (ln u + ln N_q)``."""
+        return context["weight"] * (log_u[:, 0] + context["log_num_items"])

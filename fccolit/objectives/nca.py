@@ -78,32 +78,12 @@ class NCA(FCCOObjective):
         if inner_scale not in ("mean", "sum"):
             raise ValueError(f"inner_scale must be 'mean' or 'sum', got {inner_scale!r}")
         self.inner_scale = inner_scale
-        self.sizes: dict[str, int] = {}
-
-    def bind_sizes(self, sizes: dict[str, int]) -> None:
-        """Take the data sizes (``num_samples`` = n) that the ``"sum"`` scale needs."""
-        self.sizes = {k: int(v) for k, v in sizes.items()}
-
-    # FCCOModule.make_state passes the module's data sizes to num_rows and state_bounds: bind them there (until
-    # FCCOModule calls bind_sizes itself).
-    def num_rows(self, sizes: dict[str, int]) -> int:
-        self.bind_sizes(sizes)
-        return super().num_rows(sizes)
-
-    def state_bounds(self, sizes: dict[str, int]) -> tuple[object, object]:
-        self.bind_sizes(sizes)
-        return None, None
 
     def _scale(self, batch_size: int) -> float:
         """Multiplier of the inner sum over the batch's B − 1 other points."""
         if self.inner_scale == "mean":
             return 1.0 / (batch_size - 1)
-        if "num_samples" not in self.sizes:
-            raise ValueError(
-                "NCA(inner_scale='sum') needs n = num_samples: build it through an fccolit module with the "
-                "DataModule's sizes (data_sizes), or call bind_sizes(sizes)"
-            )
-        return (self.sizes["num_samples"] - 1) / (batch_size - 1)
+        return (self.data_size("num_samples", "inner_scale='sum'") - 1) / (batch_size - 1)
 
     def inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
         z = scores if scores.dim() == 2 else scores.reshape(-1, 1)

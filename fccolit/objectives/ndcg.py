@@ -1,28 +1,9 @@
-"""NDCG surrogates as FCCO problems (Qiu et al., ICML 2022: SONG, K-SONG) and SOLC's listwise cross-entropy.
+"""NDCG surrogates as FCCO problems (Qiu et al., ICML 2022): SONG's :class:`NDCGSurrogate` and K-SONG's
+:class:`TopKNDCGSurrogate` with its lower-level threshold solver.
 
-Every objective here reads the ranking batch schema (see :mod:`fccolit.samplers.ranking` and
-``fccolit.datamodules.synthetic_ranking``): scores ``[B, L]`` (B query rows, each a list of L entries), and the
-batch fields ``query`` ``[B]``, ``relevance`` ``[B, L]``, ``pair_index`` ``[B, L]`` (row of the per-pair state of
-each relevant entry, −1 elsewhere), ``mask`` ``[B, L]`` (real entries), ``num_items`` ``[B]`` (N_q),
-``num_relevant`` ``[B]`` (N_q^+), ``ideal_dcg`` ``[B]`` (Z_q) and, for top-K, ``ideal_dcg_at_k`` ``[B]`` (Z_q^K).
-One FCCO term per relevant (query, item) pair: the anchors of a batch are its entries with ``pair_index ≥ 0``.
-
-Two choices every objective here shares, in one place (:class:`RankingObjective`):
-
-* **which average the inner estimate is** (``inner_estimator``): ``"list_mean"`` (Algorithm 1 of Qiu et al.: the
-  mean over the query's list B_q; exact when the list is the whole S_q, unbiased when it is a uniform sample of
-  S_q) or ``"stratified"`` (unbiased when the list holds P_q of the query's relevant items and M_q of its other
-  items, each a uniform sample, as the ranking sampler draws them; the anchor's own term counted once). The
-  same definitions as :class:`fccolit.objectives.listwise.ListwiseCE`.
-* **which normalization F has** (``normalization``): ``"per_query"`` (default): ``F = (1/N) Σ_q Σ_{i∈S_q^+} f_{q,i}``,
-  the NDCG definition averaged over queries (what the paper's code and LibAUC optimize),
-  estimated without bias from a batch of uniformly drawn queries with uniformly drawn relevant items; or
-  ``"pairs"``: ``F = (1/|S|) Σ_{(q,i)∈S} f_{q,i}``, eq. (3) as printed, estimated by the plain mean over the batch's
-  pairs (unbiased when the pairs are drawn uniformly from S); or ``"query_mean"``: ``F = (1/N) Σ_q mean_{i∈S_q^+}
-  f_{q,i}``, every query weighted equally whatever its number of relevant items (SOLC's Algorithm 3, which averages
-  over the sampled queries of the mean over each query's sampled relevant items; for listwise cross-entropy, whose
-  f has no 1/N_q^+, ``"per_query"`` weights a user by the number of items they rated instead). The row weights that implement either are part of
-  ``f`` (context ``"weight"``), so an algorithm's mean over the rows is the estimator and ``exact_value`` is F.
+Both read the ranking batch (:mod:`fccolit.objectives.ranking_batch`: its fields, anchors, and the
+``inner_estimator`` / ``normalization`` choices every ranking objective shares). SOLC's listwise cross-entropy, the
+warm-up objective of SONG / K-SONG, is :class:`fccolit.objectives.listwise.SOLCListwiseCE`.
 
 References:
     * Qiu et al. (ICML 2022): Zi-Hao Qiu, Quanqi Hu, Yongjian Zhong, Lijun Zhang and Tianbao Yang, "Large-scale
@@ -39,131 +20,23 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from fccolit import distributed
+from fccolit._checks import check_choice
 from fccolit.objectives.base import FCCOObjective, InnerBatch
-from fccolit.objectives.listwise import ListwiseCE
+from fccolit.objectives.ranking_batch import (
+    INNER_ESTIMATORS, NORMALIZATIONS, anchor_item_weights, anchors, field, list_mask, query_item_weights, row_weights,
+)
 from fccolit.surrogates import pairwise_surrogate
 
-NORMALIZATIONS = ("per_query", "pairs", "query_mean")
-INNER_ESTIMATORS = ("list_mean", "stratified")
 SELECTORS = ("sigmoid", "squared_hinge")
 _LN2 = math.log(2.0)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# shared helpers: fields, anchors, item weights of the inner averages, row weights of the outer average
-# ---------------------------------------------------------------------------------------------------------------
-def field(batch: dict[str, torch.Tensor], key: str, who: str) -> torch.Tensor:
-    """``batch[key]`` or a KeyError naming the field, its user and the fields present."""
-    if key not in batch:
-        raise KeyError(
-            f"{who} needs the ranking batch field '{key}', but the batch only has {sorted(batch)} (see the ranking "
-            "batch schema in fccolit.datamodules.synthetic_ranking)"
-        )
-    return batch[key]
-
-
-def list_mask(batch: dict[str, torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-    """``[B, L]`` bool of the real entries (all True when the batch has no ``mask``)."""
-    mask = batch.get("mask")
-    return torch.ones_like(like, dtype=torch.bool) if mask is None else mask.to(torch.bool)
-
-
-def anchors(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(row [R], position [R])`` of every relevant entry with a state row (``pair_index ≥ 0``), row-major."""
-    rows = torch.nonzero(batch["pair_index"] >= 0)
-    return rows[:, 0], rows[:, 1]
-
-
-def anchor_item_weights(
-    batch: dict[str, torch.Tensor], q: torch.Tensor, a: torch.Tensor, estimator: str, dtype: torch.dtype, who: str
-) -> torch.Tensor:
-    """``c [R, L]``: ``Σ_x c_x φ(x)`` estimates ``(1/N_q) Σ_{x∈S_q} φ(x)`` for the anchor ``(q, a)`` of each row.
-
-    ``"list_mean"``: ``c_x = 1/|B_q|`` on the real entries of the list. ``"stratified"``: the anchor's own entry
-    ``1/N_q``, the list's other relevant entries ``(N_q^+ − 1)/((P_q − 1) N_q)`` and its non-relevant entries
-    ``(N_q − N_q^+)/(M_q N_q)`` (P_q, M_q: relevant / other real entries in the list). Zero on padding.
-    """
-    mask = list_mask(batch, batch["pair_index"]).index_select(0, q)
-    if estimator == "list_mean":
-        return mask.to(dtype) / mask.sum(1, keepdim=True).clamp_min(1).to(dtype)
-    n = field(batch, "num_items", who).to(dtype).index_select(0, q)
-    n_rel = field(batch, "num_relevant", who).to(dtype).index_select(0, q)
-    rel = (batch["relevance"] > 0).index_select(0, q) & mask
-    other = mask & ~rel
-    p, m = rel.sum(1).to(dtype), other.sum(1).to(dtype)
-    w_rel = torch.where(p > 1, (n_rel - 1) / (p - 1).clamp_min(1.0), torch.zeros_like(p))
-    w_other = torch.where(m > 0, (n - n_rel) / m.clamp_min(1.0), torch.zeros_like(m))
-    own = torch.zeros(mask.shape, dtype=dtype, device=mask.device).scatter_(1, a.unsqueeze(1), 1.0)
-    weight = own + (1 - own) * (rel.to(dtype) * w_rel.unsqueeze(1) + other.to(dtype) * w_other.unsqueeze(1))
-    return weight / n.unsqueeze(1)
-
-
-def query_item_weights(batch: dict[str, torch.Tensor], estimator: str, dtype: torch.dtype, who: str) -> torch.Tensor:
-    """``[B, L]``: ``Σ_x c_x φ(x)`` estimates ``(1/N_q) Σ_{x∈S_q} φ(x)`` for each query row (no anchor).
-
-    ``"list_mean"``: ``1/|B_q|`` on the real entries; ``"stratified"``: ``N_q^+/(P_q N_q)`` on relevant entries and
-    ``(N_q − N_q^+)/(M_q N_q)`` on the others (the list mean where the list has no relevant or no other entry).
-    """
-    mask = list_mask(batch, batch["pair_index"])
-    mean = mask.to(dtype) / mask.sum(1, keepdim=True).clamp_min(1).to(dtype)
-    if estimator == "list_mean":
-        return mean
-    n = field(batch, "num_items", who).to(dtype)
-    n_rel = field(batch, "num_relevant", who).to(dtype)
-    rel = (batch["relevance"] > 0) & mask
-    other = mask & ~rel
-    p, m = rel.sum(1).to(dtype), other.sum(1).to(dtype)
-    strat = (rel.to(dtype) * (n_rel / (p.clamp_min(1.0) * n)).unsqueeze(1)
-             + other.to(dtype) * ((n - n_rel) / (m.clamp_min(1.0) * n)).unsqueeze(1))
-    usable = ((p > 0) & (m > 0)).unsqueeze(1)
-    return torch.where(usable, strat, mean)
-
-
-def row_weights(batch: dict[str, torch.Tensor], q: torch.Tensor, normalization: str, dtype: torch.dtype) -> torch.Tensor:
-    """``[R]`` weights such that the mean over the batch's anchor rows of ``weight · f`` estimates F.
-
-    ``"per_query"``: ``(R/B) · N_q^+ / P_q`` (P_q: anchors of the row's query in this batch), so the mean is
-    ``(1/B) Σ_q N_q^+ · mean_{i} f_{q,i}``, an unbiased estimate of ``(1/N) Σ_q Σ_{i∈S_q^+} f_{q,i}`` for uniformly
-    drawn queries and anchors; with every query and pair in the batch it is exactly that sum. Under DDP each
-    rank's mean over its own B/W queries, averaged by DDP, is the global estimate.
-
-    ``"query_mean"``: ``(R/B) / P_q``, so the mean is ``(1/B) Σ_q mean_{i} f_{q,i}``, an unbiased estimate of
-    ``(1/N) Σ_q mean_{i∈S_q^+} f_{q,i}`` (every query weighted equally; the same DDP argument as ``"per_query"``).
-
-    ``"pairs"``: 1 (the plain mean over pairs, eq. (3)); under DDP ``W · R_r / R`` so that DDP's average of the
-    ranks' means is the mean over all R anchors of the global batch.
-    """
-    r = q.numel()
-    if normalization in ("per_query", "query_mean"):
-        b = batch["pair_index"].shape[0]
-        per_row = torch.bincount(q, minlength=b).to(dtype).index_select(0, q)
-        if normalization == "query_mean":
-            return (r / b) / per_row
-        n_rel = field(batch, "num_relevant", "normalization='per_query'").to(dtype).index_select(0, q)
-        return (r / b) * n_rel / per_row
-    weight = torch.ones(r, dtype=dtype, device=q.device)
-    if distributed.is_distributed():
-        total = torch.tensor([float(r)], dtype=torch.float64, device=q.device)
-        torch.distributed.all_reduce(total)
-        weight = weight * (distributed.world_size() * r / total.clamp_min(1.0)).to(dtype)
-    return weight
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the NDCG surrogate (SONG)
-# ---------------------------------------------------------------------------------------------------------------
 class RankingObjective(FCCOObjective):
     """Base of the per-pair ranking objectives: one state row per relevant (query, item) pair (``num_pairs``).
 
     Args:
-        normalization: ``"per_query"``, ``"query_mean"`` or ``"pairs"`` (module docstring).
-        inner_estimator: ``"list_mean"`` or ``"stratified"`` (module docstring).
+        normalization: ``"per_query"``, ``"query_mean"`` or ``"pairs"`` (:mod:`fccolit.objectives.ranking_batch`).
+        inner_estimator: ``"list_mean"`` or ``"stratified"`` (:mod:`fccolit.objectives.ranking_batch`).
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
@@ -178,8 +51,8 @@ class RankingObjective(FCCOObjective):
 
     def __init__(self, normalization: str = "per_query", inner_estimator: str = "list_mean") -> None:
         super().__init__()
-        _check_choice("normalization", normalization, NORMALIZATIONS)
-        _check_choice("inner_estimator", inner_estimator, INNER_ESTIMATORS)
+        check_choice("normalization", normalization, NORMALIZATIONS)
+        check_choice("inner_estimator", inner_estimator, INNER_ESTIMATORS)
         self.normalization, self.inner_estimator = normalization, inner_estimator
 
     @staticmethod
@@ -384,7 +257,7 @@ class TopKNDCGSurrogate(NDCGSurrogate):
             raise ValueError(f"epsilon (ε) must be in [0, 1), got {epsilon}")
         if tau1 <= 0 or tau2 <= 0:
             raise ValueError(f"tau1 and tau2 must be > 0 (L_q is then smooth and τ2-strongly convex), got {tau1}, {tau2}")
-        _check_choice("selector", selector, SELECTORS)
+        check_choice("selector", selector, SELECTORS)
         self.top_k, self.epsilon = int(top_k), float(epsilon)
         self.tau1, self.tau2, self.selector_alpha = float(tau1), float(tau2), float(selector_alpha)
         self.selector_kind = selector
@@ -477,84 +350,3 @@ class TopKNDCGSurrogate(NDCGSurrogate):
         lam = self.solve_threshold(scores, batch).to(scores.dtype)
         psi = self.selector(inner.context["anchor_score"] - lam.index_select(0, inner.context["row"]))
         return (psi * self.outer(inner.value, inner.context)).mean()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# SOLC's listwise cross-entropy
-# ---------------------------------------------------------------------------------------------------------------
-class SOLCListwiseCE(ListwiseCE):
-    r"""Listwise cross-entropy as SOLC optimizes it, the warm-up objective of SONG / K-SONG (Qiu et al., ICML 2022).
-
-    Qiu et al.'s App. B.
-
-    .. math::
-
-        F(w) = \frac{1}{N} \sum_q \frac{1}{N_q} \sum_{x_i \in S_q^+} -\ln \frac{e^{h_q(x_i)}}{\sum_{x_j \in S_q} e^{h_q(x_j)}}
-             = \frac{1}{N} \sum_q \sum_{i \in S_q^+} f_{q,i}(g_{q,i}), \quad
-        g_{q,i} = \frac{1}{N_q}\sum_{j \in S_q} e^{h_j - h_i}, \quad f_{q,i}(u) = \frac{\ln u + \ln N_q}{N_q}
-
-    It is :class:`~fccolit.objectives.listwise.ListwiseCE` (whose inner value, f and ∇f = weight/u it reuses) with
-    the pair weight ``P = 1`` per relevant item (``relevance_weight="none"``, as printed; ``"uniform"`` /
-    ``"linear"`` give ListNet's normalized targets), times ``1/N_q`` (``list_size_weight=True``, as printed: App. B
-    and §6; False drops it, as LibAUC's ``ListwiseCELoss`` does), times the row weight of ``normalization``
-    (``"per_query"``: the 1/N over queries of the formula, a user weighted by their number of relevant items;
-    ``"query_mean"``: every user weighted equally, Algorithm 3's average, which the SOLC warm-up configs use;
-    ``"pairs"``: a mean over pairs).
-
-    The printed Algorithm 3 omits the factor ``exp(h_j − h_i)`` in its gradient; the
-    estimator of :class:`~fccolit.algorithms.song.SOLC` is ``∇f(u)·∇ĝ``, which has it. For SOLC's log-domain
-    state, :meth:`log_inner` gives ``ln ĝ`` by a log-sum-exp (no overflow for large score gaps).
-    """
-
-    def __init__(
-        self,
-        relevance_weight: str = "none",
-        inner_estimator: str = "list_mean",
-        normalization: str = "per_query",
-        list_size_weight: bool = True,
-    ) -> None:
-        super().__init__(relevance_weight=relevance_weight, inner_estimator=inner_estimator)
-        _check_choice("normalization", normalization, NORMALIZATIONS)
-        self.normalization, self.list_size_weight = normalization, bool(list_size_weight)
-
-    default_metrics: ClassVar[tuple[str, ...]] = ("ndcg@1", "ndcg@3", "ndcg@5")
-
-    def pair_weight(self, batch: dict[str, torch.Tensor], relevant: torch.Tensor) -> torch.Tensor:
-        weight = super().pair_weight(batch, relevant)  # [B, L] float64
-        if self.list_size_weight:
-            n = field(batch, "num_items", type(self).__name__).to(weight.dtype)
-            weight = weight / n.unsqueeze(1)
-        pair_index = batch["pair_index"]
-        q, _ = anchors(batch)
-        per_row = torch.zeros(pair_index.shape[0], dtype=weight.dtype, device=weight.device)
-        per_row.index_copy_(0, q, row_weights(batch, q, self.normalization, weight.dtype))  # equal within a row
-        return weight * per_row.unsqueeze(1)
-
-    def log_inner(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
-        """Like :meth:`inner` with ``value = ln ĝ`` ``[R, 1]`` (differentiable), computed as a log-sum-exp."""
-        self._check_scores_2d(scores)
-        q, a = anchors(batch)
-        mask = list_mask(batch, batch["pair_index"])
-        if self.inner_estimator == "list_mean":  # ln ĝ = logsumexp_{real j}(h_j) − h_i − ln |B_q|
-            real = torch.where(mask, scores, torch.full_like(scores, -math.inf))
-            log_count = torch.log(mask.sum(1).to(scores.dtype))
-            value = (torch.logsumexp(real, dim=1) - log_count).index_select(0, q) - scores[q, a]
-            value = value.unsqueeze(1)
-        else:
-            s = scores.index_select(0, q)
-            c = anchor_item_weights(batch, q, a, self.inner_estimator, scores.dtype, type(self).__name__)
-            log_c = torch.where(c > 0, torch.log(c.clamp_min(torch.finfo(c.dtype).tiny)), torch.full_like(c, -math.inf))
-            value = torch.logsumexp(s - s.gather(1, a.unsqueeze(1)) + log_c, dim=1, keepdim=True)
-        relevant = mask & (batch["relevance"] > 0)
-        num_items = field(batch, "num_items", type(self).__name__).to(scores.dtype).index_select(0, q)
-        context = {"weight": self.pair_weight(batch, relevant)[q, a].to(scores.dtype), "log_num_items": torch.log(num_items)}
-        return InnerBatch(index=batch["pair_index"][q, a], value=value, context=context)
-
-    @staticmethod
-    def _check_scores_2d(scores: torch.Tensor) -> None:
-        if scores.dim() != 2:
-            raise ValueError(f"SOLCListwiseCE expects scores [B, L] (one score per list entry), got {tuple(scores.shape)}")
-
-    def outer_log(self, log_u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``f(u)`` from ``ln u`` ``[R, 1]``: ``weight · (ln u + ln N_q)``."""
-        return context["weight"] * (log_u[:, 0] + context["log_num_items"])

@@ -19,7 +19,8 @@ from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
 from fccolit.metrics.functional import ndcg_at_k
 from fccolit.models.ltr import ListMLP
 from fccolit.models.neumf import NeuMF
-from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
+from fccolit.objectives.listwise import SOLCListwiseCE
+from fccolit.objectives.ndcg import NDCGSurrogate, TopKNDCGSurrogate
 from fccolit.optim import Momentum
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -563,7 +564,7 @@ def test_warmup_builds_another_algorithm_and_objective_from_their_config(ltr):
     sizes, batch = ltr
     module = make(SONG, sizes)
     warmup = WarmUp(epochs=1, algorithm="fccolit.algorithms.sox.SOX", algorithm_args={
-        "objective": {"class_path": "fccolit.objectives.ndcg.SOLCListwiseCE", "init_args": {"list_size_weight": False}},
+        "objective": {"class_path": "fccolit.objectives.listwise.SOLCListwiseCE", "init_args": {"list_size_weight": False}},
         "ema_weight": 0.5, "u_for_gradient": "fresh"})
     warmup.setup(None, module, "fit")
     algo = warmup.algorithm

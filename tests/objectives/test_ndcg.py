@@ -12,7 +12,8 @@ from fccolit.metrics import FullRankingNDCGScore, NDCGScore
 from fccolit.metrics.functional import full_ranking_ndcg, ndcg_at_k
 from fccolit.models.ltr import ContextAwareRanker, ListMLP
 from fccolit.models.neumf import NeuMF
-from fccolit.objectives.ndcg import NDCGSurrogate, SOLCListwiseCE, TopKNDCGSurrogate
+from fccolit.objectives.listwise import SOLCListwiseCE
+from fccolit.objectives.ndcg import NDCGSurrogate, TopKNDCGSurrogate
 
 
 @pytest.fixture(scope="module")
