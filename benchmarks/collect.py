@@ -19,6 +19,8 @@ HEADER = """# Benchmark results
 Every table below was produced by the script and command it names, on the machine it names; timings are ratios
 measured side by side in one run. Regenerate a section by rerunning its script, then `python benchmarks/collect.py`.
 The papers' tables (quality, against the papers' numbers) are in [REPRODUCTION.md](REPRODUCTION.md).
+Which machine gave which rows: every section names its machine in its first lines; the sections titled "GPU: ..."
+(`benchmarks/gpu.py`, files `results/gpu_<device>.md`) ran on the GPU they name, every other section on a CPU.
 """
 
 
@@ -27,7 +29,11 @@ def main() -> None:
     names = [n for n in ORDER if n in files] + sorted(n for n in files if n not in ORDER)
     # the sections link their plots relative to results/: from RESULTS.md they are under results/
     relink = lambda text: re.sub(r"\]\((?!https?:|/|results/)([^)]+\.png)\)", r"](results/\1)", text)  # noqa: E731
-    parts = [HEADER] + [relink(files[n].read_text().strip()) + "\n" for n in names]
+    header = HEADER
+    if not any(n.startswith("gpu_") for n in names):
+        header += ("No GPU section yet: no GPU machine has run `python benchmarks/run.py --gpu` (`benchmarks/gpu.py`) "
+                   "since it was written; every section below ran on a CPU.\n")
+    parts = [header] + [relink(files[n].read_text().strip()) + "\n" for n in names]
     (HERE / "RESULTS.md").write_text("\n".join(parts))
     print(f"RESULTS.md: {len(names)} sections ({', '.join(names)})")
 

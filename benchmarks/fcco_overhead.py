@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -41,7 +42,7 @@ from fccolit.algorithms import ADAP, KSONG, SONEX, SONG, PAUCRange, Supervised  
 from fccolit.datamodules import SyntheticBinaryDataModule, SyntheticGroupedDataModule  # noqa: E402
 from fccolit.models import MLP, ResNet20  # noqa: E402
 from fccolit.models.neumf import NeuMF  # noqa: E402
-from fccolit.objectives import AveragePrecision, GroupDROCVaR, PartialAUCRange  # noqa: E402
+from fccolit.objectives import AveragePrecisionSurrogate, GroupDROCVaRLoss, PartialAUCRangeSurrogate  # noqa: E402
 from fccolit.objectives.ndcg import TopKNDCGSurrogate  # noqa: E402
 from fccolit.optim import AdaptiveMomentum  # noqa: E402
 from timing import PairedDDPStrategy, PairedSteps, machine, write_result  # noqa: E402
@@ -61,6 +62,44 @@ class ListwiseCE(SONG):
 
 def adam(params):
     return torch.optim.Adam(params, lr=1e-3)
+
+
+def ranking_pairs() -> dict[str, tuple]:
+    """``"SONG"``, ``"K-SONG practical"`` → (plain module factory, FCCO module factory) of a DataModule (or anything
+    with the ranking ``sizes``): NeuMF 64/[64] without dropout, Adam lr 1e-3, the plain step :class:`ListwiseCE`.
+    The rows of :func:`cases` and ``benchmarks/gpu.py`` (MovieLens-20M tables)."""
+    neumf = lambda: NeuMF(embedding_dim=64, layers=[64], dropout=0.0)  # noqa: E731
+    plain = lambda d: ListwiseCE(neumf(), optimizer=adam, data_sizes=d.sizes)  # noqa: E731
+    return {
+        "SONG": (plain, lambda d: SONG(neumf(), optimizer=adam, data_sizes=d.sizes)),
+        "K-SONG practical": (
+            plain, lambda d: KSONG(neumf(), TopKNDCGSurrogate(top_k=10), optimizer=adam, data_sizes=d.sizes)),
+    }
+
+
+def image_data(image_size: int = 32, positives: int = 32, others: int = 32,
+               num_samples: int = 4_000) -> Callable[[], SyntheticBinaryDataModule]:
+    """A DataModule factory of flat ``3 × image_size²`` Gaussian images (5% positives), batches of ``positives`` +
+    ``others`` (the dual sampler); :func:`image_pairs` unflattens them."""
+    return lambda: SyntheticBinaryDataModule(num_samples=num_samples, num_features=3 * image_size**2,
+                                             pos_fraction=0.05, batch_size=positives + others,
+                                             num_positives=positives, seed=0)
+
+
+def image_pairs(backbone: Callable[[], nn.Module], image_size: int) -> dict[str, tuple]:
+    """``"ADAP"``, ``"PAUCRange"`` (inner step) → (plain BCE module factory, FCCO module factory) for a ``backbone``
+    with one output on the flat images of :func:`image_data`: ADAP and its BCE with ``AdaptiveMomentum`` (lr 1e-3);
+    PAUCRange (FPR range [0.05, 0.5]) and its BCE with SGD (lr 0.1; PAUCRange sets its own lr every step)."""
+    net = lambda: nn.Sequential(nn.Unflatten(1, (3, image_size, image_size)), backbone())  # noqa: E731
+    adaptive = lambda p: AdaptiveMomentum(p, lr=1e-3)  # noqa: E731
+    sgd = lambda p: torch.optim.SGD(p, lr=0.1)  # noqa: E731
+    sup = lambda opt: lambda d: Supervised(net(), optimizer=opt, data_sizes=d.sizes)  # noqa: E731
+    return {
+        "ADAP": (sup(adaptive),
+                 lambda d: ADAP(net(), AveragePrecisionSurrogate(project=True), optimizer=adaptive, data_sizes=d.sizes)),
+        "PAUCRange": (sup(sgd), lambda d: PAUCRange(net(), PartialAUCRangeSurrogate(0.05, 0.5), inner_steps=10_000,
+                                                    data_sizes=d.sizes)),
+    }
 
 
 def cases(quick: bool, work: Path, hidden: list[int] | None = None):
@@ -86,31 +125,27 @@ def cases(quick: bool, work: Path, hidden: list[int] | None = None):
         return MovieLensDataModule(root, cache_dir=work / "cache", queries_per_batch=64, num_positives=10,
                                    num_negatives=300, top_k=10)
 
-    neumf = lambda: NeuMF(embedding_dim=64, layers=[64], dropout=0.0)  # noqa: E731
     adaptive = lambda p: AdaptiveMomentum(p, lr=1e-3)  # noqa: E731
     sgd = lambda p: torch.optim.SGD(p, lr=0.1)  # noqa: E731  (PAUCRange sets its own lr every step)
     sup = lambda opt: lambda d: Supervised(MLP(hidden=hidden), optimizer=opt, data_sizes=d.sizes)  # noqa: E731
+    rank = ranking_pairs()
     return {
-        "SONG (NeuMF, 64 users × (10 + 300), vs listwise CE)": (
-            ranking, lambda d: ListwiseCE(neumf(), optimizer=adam, data_sizes=d.sizes),
-            lambda d: SONG(neumf(), optimizer=adam, data_sizes=d.sizes)),
-        "K-SONG practical (same)": (
-            ranking, lambda d: ListwiseCE(neumf(), optimizer=adam, data_sizes=d.sizes),
-            lambda d: KSONG(neumf(), TopKNDCGSurrogate(top_k=10), optimizer=adam, data_sizes=d.sizes)),
+        "SONG (NeuMF, 64 users × (10 + 300), vs listwise CE)": (ranking, *rank["SONG"]),
+        "K-SONG practical (same)": (ranking, *rank["K-SONG practical"]),
         f"ADAP ({mlp}, B = 256, vs BCE)": (
             binary, sup(adaptive),
-            lambda d: ADAP(MLP(hidden=hidden), AveragePrecision(project=True), optimizer=adaptive,
+            lambda d: ADAP(MLP(hidden=hidden), AveragePrecisionSurrogate(project=True), optimizer=adaptive,
                            data_sizes=d.sizes)),
         f"SONEX GDRO-CVaR ({mlp}, 8 groups × 32, vs BCE)": (
             grouped, sup(adam),
-            lambda d: SONEX(MLP(hidden=hidden), GroupDROCVaR(ratio=0.25), optimizer=adam, data_sizes=d.sizes)),
+            lambda d: SONEX(MLP(hidden=hidden), GroupDROCVaRLoss(ratio=0.25), optimizer=adam, data_sizes=d.sizes)),
         "↳ SONEX without the MSVR correction (γ' = 0: no forward pass at w_{t−1})": (
             grouped, sup(adam),
-            lambda d: SONEX(MLP(hidden=hidden), GroupDROCVaR(ratio=0.25), correction_weight=0.0, optimizer=adam,
+            lambda d: SONEX(MLP(hidden=hidden), GroupDROCVaRLoss(ratio=0.25), correction_weight=0.0, optimizer=adam,
                             data_sizes=d.sizes)),
         f"PAUCRange inner step ({mlp}, B = 256, vs BCE)": (
             binary, sup(sgd),
-            lambda d: PAUCRange(MLP(hidden=hidden), PartialAUCRange(0.05, 0.5), inner_steps=10_000,
+            lambda d: PAUCRange(MLP(hidden=hidden), PartialAUCRangeSurrogate(0.05, 0.5), inner_steps=10_000,
                                 data_sizes=d.sizes)),
     }
 
@@ -119,19 +154,11 @@ def deep_cases() -> dict[str, tuple]:
     """The papers' deep model for image data, as :func:`cases`: ResNet-20 on 3 × 32 × 32 inputs (CIFAR-10-LT), batches
     of 32 positives + 32 others (the deep pAUC runs of Yao, Lin & Yang, NeurIPS 2022: batch 32 per sampler). A step
     takes a quarter of a second on one CPU thread, so these rows run on fewer batches (:func:`deep_steps`)."""
-    images = lambda: SyntheticBinaryDataModule(num_samples=4_000, num_features=3 * 32 * 32,  # noqa: E731
-                                               pos_fraction=0.05, batch_size=64, num_positives=32, seed=0)
-    resnet = lambda: nn.Sequential(nn.Unflatten(1, (3, 32, 32)), ResNet20(num_outputs=1))  # noqa: E731
-    adaptive = lambda p: AdaptiveMomentum(p, lr=1e-3)  # noqa: E731
-    sgd = lambda p: torch.optim.SGD(p, lr=0.1)  # noqa: E731
-    sup = lambda opt: lambda d: Supervised(resnet(), optimizer=opt, data_sizes=d.sizes)  # noqa: E731
+    images = image_data(image_size=32, positives=32, others=32, num_samples=4_000)
+    resnet = image_pairs(lambda: ResNet20(num_outputs=1), image_size=32)
     return {
-        "ResNet-20 (3 × 32 × 32 images, B = 32 positives + 32 others): ADAP vs BCE": (
-            images, sup(adaptive),
-            lambda d: ADAP(resnet(), AveragePrecision(project=True), optimizer=adaptive, data_sizes=d.sizes)),
-        "↳ ResNet-20 (same): PAUCRange inner step vs BCE": (
-            images, sup(sgd),
-            lambda d: PAUCRange(resnet(), PartialAUCRange(0.05, 0.5), inner_steps=10_000, data_sizes=d.sizes)),
+        "ResNet-20 (3 × 32 × 32 images, B = 32 positives + 32 others): ADAP vs BCE": (images, *resnet["ADAP"]),
+        "↳ ResNet-20 (same): PAUCRange inner step vs BCE": (images, *resnet["PAUCRange"]),
     }
 
 
@@ -140,24 +167,29 @@ def deep_steps(steps: int) -> int:
     return max(24, steps * 3 // 8)
 
 
-def trainer(devices: int, max_steps: int, callbacks: list | None = None, paired: bool = False) -> Trainer:
+def trainer(devices: int, max_steps: int, callbacks: list | None = None, paired: bool = False,
+            accelerator: str = "cpu", precision: str = "32-true") -> Trainer:
+    """The benchmarks' Trainer: no logger, checkpoints, progress bar or validation; DDP (gloo) over ``devices`` > 1
+    CPU processes. ``accelerator`` / ``precision``: Lightning's (``benchmarks/gpu.py``: ``"gpu"``, ``"bf16-mixed"``)."""
     strategy = "auto"
     if devices > 1:
         kind = PairedDDPStrategy if paired else DDPStrategy
         strategy = kind(process_group_backend="gloo", broadcast_buffers=False)
-    return Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_steps=max_steps, logger=False,
+    return Trainer(accelerator=accelerator, devices=devices, strategy=strategy, max_steps=max_steps, logger=False,
                    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                    limit_val_batches=0, num_sanity_val_steps=0, use_distributed_sampler=False,
-                   callbacks=callbacks or [])
+                   callbacks=callbacks or [], precision=precision)
 
 
-def paired_times(plain, fcco, data, steps: int, devices: int) -> tuple[list[float], list[float]]:
+def paired_times(plain, fcco, data, steps: int, devices: int, accelerator: str = "cpu",
+                 precision: str = "32-true") -> tuple[list[float], list[float]]:
     """Seconds of each plain and FCCO ``training_step`` of one fit that runs both on every batch."""
     torch.manual_seed(0)
     plain_module = plain(data)
     torch.manual_seed(0)
     pair = PairedSteps(plain_module, fcco(data))
-    trainer(devices, 2 * steps, paired=True).fit(pair, datamodule=data)  # two optimizer steps per batch
+    # two optimizer steps per batch
+    trainer(devices, 2 * steps, paired=True, accelerator=accelerator, precision=precision).fit(pair, datamodule=data)
     return pair.times["plain"], pair.times["fcco"]
 
 

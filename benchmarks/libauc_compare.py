@@ -29,6 +29,7 @@ torch_geometric and is not used). When ``import libauc`` fails every LibAUC colu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import sys
 import tempfile
@@ -45,7 +46,7 @@ from fccolit.datamodules import SyntheticBinaryDataModule  # noqa: E402
 from fccolit.metrics import FullRankingNDCGScore  # noqa: E402
 from fccolit.models import MLP  # noqa: E402
 from fccolit.models.neumf import NeuMF  # noqa: E402
-from fccolit.objectives import AveragePrecision  # noqa: E402
+from fccolit.objectives import AveragePrecisionSurrogate  # noqa: E402
 from fccolit.objectives.ndcg import NDCGSurrogate  # noqa: E402
 from fccolit.optim import LazyAdam  # noqa: E402
 from timing import interleaved_medians, machine, write_result  # noqa: E402
@@ -89,14 +90,59 @@ def cycling(loader):
         yield from loader
 
 
-def fcco_step(module, optimizer, batches):
-    """A call that takes one training step of an fccolit module on the next batch of ``batches``."""
-    def step():
-        batch = next(batches)
+def fcco_batch_step(module, optimizer, autocast=None):
+    """``step(batch)``: one training step of an fccolit module without Lightning (forward, compositional loss,
+    backward, ``optimizer.step()``); ``autocast``: a ``torch.autocast`` context for the forward and loss (AMP)."""
+    def step(batch):
         optimizer.zero_grad(set_to_none=True)
-        module.compositional_loss(module(batch), batch)[0].backward()
+        with autocast if autocast is not None else contextlib.nullcontext():
+            loss = module.compositional_loss(module(batch), batch)[0]
+        loss.backward()
         optimizer.step()
     return step
+
+
+def fcco_step(module, optimizer, batches):
+    """A call that takes one training step of an fccolit module on the next batch of ``batches``."""
+    step = fcco_batch_step(module, optimizer)
+    return lambda: step(next(batches))
+
+
+def libauc_ap(model, data_len: int, device="cpu"):
+    """LibAUC's SOAP for AP on ``model``: ``APLoss`` (squared hinge, margin 1, γ = 0.9 on u_all / u_pos; sigmoid
+    scores) and its ``SOAP(mode="adam")`` optimizer (lr 1e-3). Returns ``(loss_fn, optimizer, step)``, with
+    ``step(x, y, index, autocast=None)`` one training step on a batch."""
+    from libauc.losses import APLoss
+    from libauc.optimizers import SOAP as LibSOAP
+
+    loss_fn = APLoss(data_len=data_len, gamma=0.9, margin=1.0, device=device)
+    optimizer = LibSOAP(model.parameters(), lr=1e-3, mode="adam")
+
+    def step(x, y, index, autocast=None):
+        optimizer.zero_grad()
+        with autocast if autocast is not None else contextlib.nullcontext():
+            loss = loss_fn(torch.sigmoid(model(x)), y, index)
+        loss.backward()
+        optimizer.step()
+    return loss_fn, optimizer, step
+
+
+def libauc_batch(bt):
+    """LibAUC's ranking batch fields of a fccolit ranking batch (its ``NDCGLoss`` reads these names)."""
+    return {"rating": bt["relevance"], "user_id": bt["query"], "num_pos_items": bt["num_relevant"],
+            "ideal_dcg": bt["ideal_dcg"], "user_item_id": bt["pair_index"].clamp_min(0)}
+
+
+def libauc_ndcg(model, num_pairs: int, sizes: dict, num_pos: int, device="cpu", topk: int = -1):
+    """LibAUC's SONG (``topk=-1``) or K-SONG (``topk`` > 0, its practical version) on a NeuMF ``model``:
+    ``NDCGLoss`` (γ0 = 0.1, squared hinge) and its ``SONG(mode="adam")`` optimizer (lr 1e-3). Returns
+    ``(loss_fn, optimizer)``."""
+    from libauc.losses import NDCGLoss
+    from libauc.optimizers import SONG as LibSONG
+
+    loss_fn = NDCGLoss(N=num_pairs, num_user=sizes["num_users"], num_item=sizes["num_items"], num_pos=num_pos,
+                       gamma0=0.1, device=device, topk=topk, topk_version="prac")
+    return loss_fn, LibSONG(model.parameters(), lr=1e-3, mode="adam")
 
 
 # ------------------------------------------------------------------------------------------------ 1. AP
@@ -107,7 +153,7 @@ def compare_ap(quick: bool) -> dict:
     data.setup("fit")
     torch.manual_seed(0)
     base = MLP(features, hidden=hidden)
-    ours = SOAP(copy.deepcopy(base), AveragePrecision(margin=1.0), ema_weight=0.9, data_sizes=data.sizes)
+    ours = SOAP(copy.deepcopy(base), AveragePrecisionSurrogate(margin=1.0), ema_weight=0.9, data_sizes=data.sizes)
     our_opt = torch.optim.Adam(ours.parameters(), lr=1e-3)
     our_batches = cycling(data.train_dataloader())
     result = {"case": f"AP (SOAP), MLP {features}-{hidden}, B = {batch} with {positives} positives, "
@@ -116,8 +162,6 @@ def compare_ap(quick: bool) -> dict:
     steps = {"ours": fcco_step(ours, our_opt, our_batches)}
     skip = libauc_available()
     if skip is None:
-        from libauc.losses import APLoss
-        from libauc.optimizers import SOAP as LibSOAP
         from libauc.sampler import DualSampler
 
         train = data.train_dataset
@@ -136,16 +180,8 @@ def compare_ap(quick: bool) -> dict:
         sampler = DualSampler(dataset, batch_size=batch, labels=y.numpy(), sampling_rate=positives / batch)
         loader = cycling(torch.utils.data.DataLoader(dataset, batch_size=batch, sampler=sampler))
         theirs = copy.deepcopy(base)
-        loss_fn = APLoss(data_len=data.sizes["num_positives"], gamma=0.9, margin=1.0, device="cpu")
-        their_opt = LibSOAP(theirs.parameters(), lr=1e-3, mode="adam")
-
-        def their_step():
-            xb, yb, ib = next(loader)
-            their_opt.zero_grad()
-            loss_fn(torch.sigmoid(theirs(xb)), yb, ib).backward()
-            their_opt.step()
-
-        steps["libauc"] = their_step
+        loss_fn, _, their_batch_step = libauc_ap(theirs, data.sizes["num_positives"])
+        steps["libauc"] = lambda: their_batch_step(*next(loader))
         # same batch, same state: LibAUC's fresh u = (1 − γ)u0 + γĝ equals ours after one visit of u0
         b = next(iter(data.train_dataloader()))
         pos = b["pos_index"][b["pos_index"] >= 0]
@@ -209,17 +245,8 @@ def compare_song(quick: bool, work: Path) -> dict:
              "ours_sparse": fcco_step(sparse, LazyAdam(sparse.parameters(), lr=1e-3), loader)}
     skip = libauc_available()
     if skip is None:
-        from libauc.losses import NDCGLoss
-        from libauc.optimizers import SONG as LibSONG
-
         theirs = copy.deepcopy(base)
-        loss_fn = NDCGLoss(N=sizes["num_pairs"], num_user=sizes["num_users"], num_item=sizes["num_items"], num_pos=p,
-                           gamma0=0.1, device="cpu")
-        their_opt = LibSONG(theirs.parameters(), lr=1e-3, mode="adam")
-
-        def libauc_batch(bt):
-            return {"rating": bt["relevance"], "user_id": bt["query"], "num_pos_items": bt["num_relevant"],
-                    "ideal_dcg": bt["ideal_dcg"], "user_item_id": bt["pair_index"].clamp_min(0)}
+        loss_fn, their_opt = libauc_ndcg(theirs, sizes["num_pairs"], sizes, p)
 
         def their_step():
             bt = next(loader)
@@ -232,9 +259,7 @@ def compare_song(quick: bool, work: Path) -> dict:
         # never downloads) + TriSampler (ranking mode) + its collate, feeding a copy of its model / loss / optimizer
         lib_loader, lib_pairs = libauc_movielens_loader(root, p, m, b)
         theirs_e2e = copy.deepcopy(base)
-        loss_e2e = NDCGLoss(N=lib_pairs, num_user=sizes["num_users"], num_item=sizes["num_items"], num_pos=p,
-                            gamma0=0.1, device="cpu")
-        opt_e2e = LibSONG(theirs_e2e.parameters(), lr=1e-3, mode="adam")
+        loss_e2e, opt_e2e = libauc_ndcg(theirs_e2e, lib_pairs, sizes, p)
 
         def their_step_e2e():
             bt = next(lib_loader)  # user_id, item_id, user_item_id, rating, num_pos_items, ideal_dcg

@@ -1,5 +1,8 @@
 """Every speed benchmark in one command: ``python benchmarks/run.py [--quick]`` (``make bench`` runs ``--quick``).
 
+``python benchmarks/run.py --gpu [--quick]`` instead runs ``benchmarks/gpu.py`` (the prepared GPU benchmark: one CUDA
+device, about 5 minutes; ``--quick``: tiny shapes on the CPU) and assembles RESULTS.md.
+
 ``python benchmarks/run.py --reproduce [--quick]`` instead runs every paper-reproduction script of
 ``benchmarks/reproduce/`` (their ``--quick`` modes with ``--quick``) and assembles ``benchmarks/REPRODUCTION.md``.
 
@@ -57,7 +60,13 @@ def main() -> None:
     ap.add_argument("--skip", nargs="*", default=[], help="benchmark names to leave out")
     ap.add_argument("--reproduce", action="store_true",
                     help="run the paper-reproduction scripts of benchmarks/reproduce/ instead, then write REPRODUCTION.md")
+    ap.add_argument("--gpu", action="store_true",
+                    help="run benchmarks/gpu.py instead (one CUDA device), then assemble RESULTS.md")
     args = ap.parse_args()
+    if args.gpu:
+        sub(["benchmarks/gpu.py", *(["--quick"] if args.quick else [])])
+        sub(["benchmarks/collect.py"])
+        return
     if args.reproduce:
         reproduce(args.quick, args.skip)
         return

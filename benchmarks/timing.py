@@ -10,6 +10,10 @@
   :class:`PairedDDPStrategy` runs it under DDP (each module in its own ``DistributedDataParallel``).
 * :class:`StepTimer`: a Lightning callback timing ``training_step`` from batch start to batch end (logging
   included, data loading excluded), for whole fits.
+* :class:`FixedBatches`: a DataModule that serves a list of ready batches (already on the device) in a loop, with the
+  ``sizes`` the modules are built from: timing without a data path.
+* On a CUDA device every timed call is bracketed by ``torch.cuda.synchronize()`` (:func:`synchronize`): kernels run
+  asynchronously, so without it a call's time would be the launch time and its work would land in the next call.
 * :func:`machine`: one line naming the machine, for the results files.
 * :func:`write_result`: writes ``benchmarks/results/<name>.md`` (``benchmarks/collect.py`` assembles RESULTS.md).
 """
@@ -24,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
-from lightning.pytorch import Callback, LightningModule
+from lightning.pytorch import Callback, LightningDataModule, LightningModule
 from lightning.pytorch.overrides.distributed import prepare_for_backward
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.strategies.ddp import _DDPForwardRedirection
@@ -32,13 +36,21 @@ from lightning.pytorch.strategies.ddp import _DDPForwardRedirection
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
+def synchronize(device: torch.device | str | None) -> None:
+    """Wait for the kernels queued on ``device`` when it is a CUDA device (a no-op on the CPU and for None)."""
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def interleaved_medians(
-    steps: Mapping[str, Callable[[Any], Any]], batches: Iterable[Any], repeats: int, warmup: int = 1
+    steps: Mapping[str, Callable[[Any], Any]], batches: Iterable[Any], repeats: int, warmup: int = 1,
+    device: torch.device | str | None = None,
 ) -> dict[str, float]:
     """Median milliseconds per call of each ``steps[name](batch)`` over ``repeats`` interleaved rounds.
 
     Every round runs, batch by batch, each step on that batch (in order on even rounds, reversed on odd ones) and
     times every call; ``warmup`` rounds are run first and not counted (allocator, first visits of the state).
+    ``device``: where the steps run; a CUDA device is synchronized before and after every timed call.
     """
     batches = list(batches)
     names = list(steps)
@@ -51,8 +63,10 @@ def interleaved_medians(
         order = names if r % 2 == 0 else names[::-1]
         for b in batches:
             for name in order:
+                synchronize(device)
                 start = time.perf_counter()
                 steps[name](b)
+                synchronize(device)
                 times[name].append((time.perf_counter() - start) * 1e3)
     return {k: statistics.median(v) for k, v in times.items()}
 
@@ -61,10 +75,11 @@ class PairedSteps(LightningModule):
     """Runs ``first.training_step`` and ``second.training_step`` on every batch of one ``fit``, alternating which
     goes first, and records each call's seconds in ``times[name]`` (the first ``warmup`` batches dropped).
 
-    Both modules must use manual optimization with one optimizer each (every fccolit algorithm does). They become
-    children of this module, so Lightning attaches the trainer to them; ``optimizers()`` of each returns its own
-    optimizer, and ``self.log`` of each logs into the fit's results as usual. Every batch makes two optimizer
-    steps, so ``max_steps`` of the Trainer counts twice the number of batches.
+    Both modules must use manual optimization (every fccolit algorithm does), with one optimizer or a list of them
+    (ALEXR2: inner and outer) and no scheduler. They become children of this module, so Lightning attaches the
+    trainer to them; ``optimizers()`` of each returns its own optimizer (or list), and ``self.log`` of each logs
+    into the fit's results as usual. Every batch makes two counted optimizer steps (ALEXR2 counts its inner step
+    only), so ``max_steps`` of the Trainer counts twice the number of batches.
 
     Under DDP, train it with :class:`PairedDDPStrategy`: each module is then wrapped in its own
     ``DistributedDataParallel`` and its ``training_step`` runs through that wrapper, exactly as Lightning runs a
@@ -87,20 +102,28 @@ class PairedSteps(LightningModule):
 
     def _optimizer_of(self, position: int) -> Callable[..., Any]:
         def optimizers(use_pl_optimizer: bool = True) -> Any:
-            return self.optimizers(use_pl_optimizer)[position]
+            start, count = self._slices[position]
+            mine = self.optimizers(use_pl_optimizer)[start : start + count]
+            return mine[0] if count == 1 else mine
         return optimizers
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-        configured = [self.first.configure_optimizers(), self.second.configure_optimizers()]
-        for name, opt in zip(self.names, configured):
-            if not isinstance(opt, torch.optim.Optimizer):
-                raise TypeError(f"PairedSteps: {name} must configure exactly one optimizer, got {type(opt).__name__}")
+        configured, self._slices = [], []
+        for name, child in zip(self.names, (self.first, self.second)):
+            opts = child.configure_optimizers()
+            opts = [opts] if isinstance(opts, torch.optim.Optimizer) else opts
+            if not (isinstance(opts, (list, tuple)) and opts and all(isinstance(o, torch.optim.Optimizer) for o in opts)):
+                raise TypeError(f"PairedSteps: {name} must configure an optimizer or a list of them (no scheduler), "
+                                f"got {type(opts).__name__}")
+            self._slices.append((len(configured), len(opts)))
+            configured += list(opts)
         return configured
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         """Each module's ``on_train_batch_start``, ``training_step`` and ``on_train_batch_end``, timed together."""
         pairs = list(zip(self.names, (self.first, self.second)))
         for name, child in pairs if batch_idx % 2 == 0 else pairs[::-1]:
+            synchronize(self.device)  # a CUDA device: the previous call's kernels are not this call's time
             start = time.perf_counter()
             child._current_fx_name = "on_train_batch_start"  # what the Trainer sets on the module it calls
             child.on_train_batch_start(batch, batch_idx)
@@ -113,6 +136,7 @@ class PairedSteps(LightningModule):
                 self.active_wrapper = None
             child._current_fx_name = "on_train_batch_end"
             child.on_train_batch_end(outputs, batch, batch_idx)
+            synchronize(self.device)
             if batch_idx >= self.warmup:
                 self.times[name].append(time.perf_counter() - start)
 
@@ -155,6 +179,40 @@ class StepTimer(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.times.append(time.perf_counter() - self._start)
+
+
+class FixedBatches(LightningDataModule):
+    """Serves ``batches`` (dicts of tensors, e.g. already on the GPU) in a loop for ``length`` steps per epoch, with
+    the ``sizes`` of the data they stand for (what fccolit's modules are built from: ``module(…, data_sizes=d.sizes)``).
+
+    Lightning moves nothing (the tensors are where the model is) and no sampler or collation runs: the timed steps
+    see exactly the given batches, in order."""
+
+    def __init__(self, batches: list[dict[str, torch.Tensor]], sizes: Mapping[str, int], length: int = 10_000) -> None:
+        super().__init__()
+        self.batches, self.sizes, self.length = list(batches), dict(sizes), int(length)
+
+    @classmethod
+    def from_datamodule(cls, data: Any, count: int, device: torch.device | str = "cpu",
+                        length: int = 10_000) -> "FixedBatches":
+        """The first ``count`` training batches of a fccolit DataModule, moved to ``device``, with its sizes."""
+        data.setup("fit")
+        batches = []
+        for batch in data.train_dataloader():
+            batches.append({k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()})
+            if len(batches) == count:
+                break
+        return cls(batches, data.sizes, length)
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader:
+        class Loop(torch.utils.data.Dataset):
+            def __len__(inner) -> int:  # noqa: N805
+                return self.length
+
+            def __getitem__(inner, i: int) -> dict[str, torch.Tensor]:  # noqa: N805
+                return self.batches[i % len(self.batches)]
+
+        return torch.utils.data.DataLoader(Loop(), batch_size=None, shuffle=False)
 
 
 def machine(threads: int | None = None) -> str:
