@@ -1,6 +1,11 @@
-"""torchmetrics Metrics for ranking (NDCG@k, full-ranking NDCG@k) and binary classification (AP, AUROC,
-partial AUC on an FPR range), exact under DDP (sum/count or cat states), plus :func:`build_metric` to turn a
-logged metric name into a Metric.
+"""Evaluation metrics as torchmetrics Metrics, exact under DDP, and :func:`build_metric` for a logged metric name.
+
+Ranking: :class:`NDCGScore` (NDCG@k of padded query lists), :class:`FullRankingNDCGScore` (NDCG@k of a full ranking
+over all items, for recommendation). Binary classification: :class:`APScore`, :class:`AUROCScore`,
+:class:`PartialAUCScore` (on an FPR range). Multi-class: :class:`AccuracyScore`. Their functional forms (one call on
+tensors, no state) are in :mod:`fccolit.metrics.functional`. A metric class ends in ``Score``: it evaluates, it is not
+a training objective (those are in :mod:`fccolit.objectives`), and no name is one torchmetrics uses for something
+else.
 
 Every metric is a :class:`BatchMetric`: it declares the evaluation-batch fields it reads (``y``; ``relevance`` and
 ``mask``; ``heldout_items``, ``heldout_relevance`` and ``exclude_items``) and what it logs, and the algorithm
@@ -27,21 +32,20 @@ Besides its value, each metric keeps the curve its states already hold (:meth:`B
 binary metrics the ROC vertices of their sort (PR and ROC curves), NDCG@k the sums of NDCG@j for j = 1..k; the
 modules draw them to TensorBoard (:mod:`fccolit.metrics.figures`).
 
-Why these and not torchmetrics' (1.9; ``python benchmarks/metrics_compare.py``, one CPU thread, medians of
-interleaved calls, ``benchmarks/results/metrics_compare.md``):
+Why these and not torchmetrics' (measured by ``python benchmarks/metrics_compare.py``; times and ratios in
+``benchmarks/results/metrics_compare.md``):
 
-* AP, AUROC, McClish pAUC: torchmetrics is as fast (0.89–1.01× our time on 10^5 and 10^6 scores) but counts in
-  float32 (values 1e-7 off sklearn; ours within 1e-15, which the DDP tests' 1e-12 equality needs). What it lacks:
-  pAUC on an FPR range [α, β] (raw and normalized) and Yao, Lin & Yang's sorted-negatives estimator, which share the
-  one sort-based kernel of AP and AUROC; the kernel's ROC vertices are the pictures' curves (no second sort).
-* NDCG@k on padded lists: 10.5× faster than ``RetrievalNormalizedDCG`` (2,000 lists of 100), which also keeps every
-  score, label and query index in ``cat`` states (O(N) memory, all gathered under DDP; ours: two sums, plus k for the
-  curve); explicit tie and empty-query policies and the exp2 gain of the papers.
+* AP, AUROC, McClish pAUC: torchmetrics is about as fast but counts in float32 (values about 1e-7 off sklearn; ours
+  within 1e-15, which the DDP tests' 1e-12 equality needs). What it lacks: pAUC on an FPR range [α, β] (raw and
+  normalized) and Yao, Lin & Yang's sorted-negatives estimator, which share the one sort-based kernel of AP and
+  AUROC; the kernel's ROC vertices are the pictures' curves (no second sort).
+* NDCG@k on padded lists: several times faster than ``RetrievalNormalizedDCG``, which also keeps every score, label
+  and query index in ``cat`` states (O(N) memory, all gathered under DDP; ours: two sums, plus k for the curve);
+  explicit tie and empty-query policies and the exp2 gain of the papers.
 * Full-ranking NDCG: no counterpart (torchmetrics takes a dense target per item; here held-out ids are looked up in
   the top k, without a users × items table).
-* Accuracy: 1.6× faster than torchmetrics' two metrics for the overall and per-class values (one pair of sum
-  states), NaN (not 0) for a class without validation samples, sized from the first batch when the data does not
-  say.
+* Accuracy: faster than torchmetrics' two metrics for the overall and per-class values (one pair of sum states),
+  NaN (not 0) for a class without validation samples, sized from the first batch when the data does not say.
 """
 
 from __future__ import annotations
@@ -110,10 +114,23 @@ def _parse(name: str) -> tuple[str, dict]:
 
 
 def build_metric(name: str, num_classes: int | None = None) -> BatchMetric:
-    """A fresh Metric for a logged metric name, e.g. ``"ndcg@10"`` -> ``NDCGScore(top_k=10)`` (see the module
-    docstring for every pattern). ``num_classes`` sizes ``accuracy``'s per-class states up front (so a process
-    that sees no evaluation batch still joins the DDP reduction with states of the right shape). Raises
-    ValueError, listing the accepted patterns, on an unknown name."""
+    """A fresh Metric for a logged metric name, e.g. ``"ndcg@10"`` -> ``NDCGScore(top_k=10)``.
+
+    Args:
+        name: a metric name of the module docstring's table (case-insensitive; a ``"<split>/"`` prefix is ignored).
+        num_classes: sizes ``accuracy``'s per-class states up front (so a process that sees no evaluation batch still
+            joins the DDP reduction with states of the right shape); ignored by the other metrics.
+
+    Raises:
+        ValueError: ``name`` is not a string or matches no pattern (the message lists the accepted patterns), an NDCG
+            cut-off is below 1, or a pAUC range is outside ``0 <= A < B <= 1`` (McClish: ``A = 0``).
+
+    Example:
+        >>> build_metric("val/ndcg@10")
+        NDCGScore()
+        >>> build_metric("pauc_0.05_0.5").fpr_max
+        0.5
+    """
     family, kwargs = _parse(name)
     if family == "ndcg":
         return NDCGScore(**kwargs)
@@ -127,9 +144,22 @@ def build_metric(name: str, num_classes: int | None = None) -> BatchMetric:
 
 
 def metric_kind(name: str) -> str:
-    """``"ranking"`` for NDCG names (``update(preds[Q, L], target[Q, L], mask)``), ``"multiclass"`` for accuracy
-    (``update(preds[N, C], target[N])``), ``"binary"`` for AP, AUROC and pAUC names (``update(preds[N],
-    target[N])``, or ``[N, T]`` both for T tasks). Raises ValueError on an unknown name. (Descriptive only: the
-    algorithm modules feed every metric through :meth:`BatchMetric.update_from_batch`.)"""
+    """The kind of data a metric name evaluates: ``"ranking"``, ``"binary"`` or ``"multiclass"``.
+
+    ``"ranking"`` for NDCG names (``update(preds[Q, L], target[Q, L], mask)``), ``"multiclass"`` for accuracy
+    (``update(preds[N, C], target[N])``), ``"binary"`` for AP, AUROC and pAUC names (``update(preds[N], target[N])``,
+    or ``[N, T]`` both for T tasks). Descriptive only: the algorithm modules feed every metric through
+    :meth:`BatchMetric.update_from_batch`.
+
+    Args:
+        name: a metric name, as for :func:`build_metric`.
+
+    Raises:
+        ValueError: as :func:`build_metric`, on a name it does not accept.
+
+    Example:
+        >>> metric_kind("test/ndcg@5"), metric_kind("pauc_0_0.1_mcclish"), metric_kind("accuracy")
+        ('ranking', 'binary', 'multiclass')
+    """
     family, _ = _parse(name)
     return {"ndcg": "ranking", "accuracy": "multiclass"}.get(family, "binary")

@@ -70,7 +70,8 @@ class AccuracyScore(BatchMetric):
         target = target.to(preds.device).long()
         outside = (target < 0) | (target >= num_classes)
         if bool(outside.any()):
-            raise ValueError(f"accuracy: class labels must be in [0, {num_classes}), got e.g. {target[outside][0].item()}")
+            example = target[outside][0].item()
+            raise ValueError(f"accuracy: class labels must be in [0, {num_classes}), got e.g. {example}")
         hit = (preds.argmax(1) == target).to(torch.float64)
         # out of place: states reset inside trainer.validate (inference mode) must not be updated in place later
         self.correct = self.correct.index_add(0, target, hit)

@@ -41,7 +41,31 @@ class BatchMetric(torchmetrics.Metric):
     (``self.total = self.total + x``, never ``self.total += x`` or ``index_add_``): states reset inside
     ``trainer.validate`` / ``trainer.test`` are inference tensors, which a later ``fit`` may read but not change in
     place. A metric with more than one value to log (per task, per class, per cut-off) overrides
-    :meth:`named_values`.
+    :meth:`named_values`; one that keeps a curve beside its value overrides :meth:`named_curves`.
+
+    Args:
+        kwargs: torchmetrics ``Metric`` options (``dist_sync_on_step``, ``process_group``, ...).
+
+    Raises:
+        KeyError: :meth:`update_from_batch` on a batch that lacks a field of :attr:`inputs`.
+
+    Example:
+        >>> import torch
+        >>> class MeanPositiveScore(BatchMetric):
+        ...     inputs = ("y",)
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.add_state("total", default=torch.tensor(0.0), dist_reduce_fx="sum")
+        ...         self.add_state("count", default=torch.tensor(0.0), dist_reduce_fx="sum")
+        ...     def update(self, scores, y):
+        ...         self.total = self.total + scores[y == 1].sum()
+        ...         self.count = self.count + (y == 1).sum()
+        ...     def compute(self):
+        ...         return self.total / self.count
+        >>> metric = MeanPositiveScore()
+        >>> metric.update_from_batch(torch.tensor([0.9, 0.2, 0.4]), {"y": torch.tensor([1, 0, 1])})
+        >>> metric.named_values("mean_positive_score")
+        {'mean_positive_score': tensor(0.6500)}
     """
 
     #: the batch fields ``update`` takes after the scores, in this order
@@ -50,7 +74,7 @@ class BatchMetric(torchmetrics.Metric):
     optional_inputs: ClassVar[tuple[str, ...]] = ()
 
     def reads(self, batch: Mapping[str, Any]) -> bool:
-        """Whether ``batch`` holds every field of :attr:`inputs`."""
+        """Whether ``batch`` holds every field of :attr:`inputs` (so :meth:`update_from_batch` accepts it)."""
         return all(field in batch for field in self.inputs)
 
     def update_from_batch(self, scores: Tensor, batch: Mapping[str, Any]) -> None:
@@ -82,8 +106,23 @@ class BatchMetric(torchmetrics.Metric):
 
 
 def per_task_names(name: str, count: int, labels: Sequence[str] | None = None) -> list[str]:
-    """``name/<label>`` for each of ``count`` tasks or classes: ``labels`` (spaces replaced by ``_``, a TensorBoard
-    tag has none) when there is one per task, else the task's index."""
+    """The logged name ``name/<label>`` of each of ``count`` tasks or classes.
+
+    Args:
+        name: the metric's logged name.
+        count: the number of tasks or classes.
+        labels: their names (spaces become ``_``: a TensorBoard tag has none); used only when there is one per task,
+            else each task is named by its index.
+
+    Raises:
+        Nothing: any ``labels`` of the wrong length fall back to the indexes.
+
+    Example:
+        >>> per_task_names("auroc", 2, ["pleural effusion", "edema"])
+        ['auroc/pleural_effusion', 'auroc/edema']
+        >>> per_task_names("accuracy", 3)
+        ['accuracy/0', 'accuracy/1', 'accuracy/2']
+    """
     if labels is None or len(labels) != count:
         labels = [str(t) for t in range(count)]
     return [f"{name}/{'_'.join(str(label).split())}" for label in labels]
@@ -109,6 +148,19 @@ class EvaluationMetrics(nn.ModuleDict):
 
     Args:
         metrics: ``{logged name: metric}``.
+
+    Raises:
+        TypeError: a metric is not a :class:`BatchMetric` (here or in :meth:`add`).
+        ValueError: two names map to the same key (here or in :meth:`add`).
+        KeyError: :meth:`update_from_batch` on a batch that no metric reads.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.metrics import APScore, NDCGScore
+        >>> metrics = EvaluationMetrics({"ap": APScore(), "ndcg@2": NDCGScore(top_k=2)})
+        >>> metrics.update_from_batch(torch.tensor([[0.9, 0.1]]), {"relevance": torch.tensor([[0, 1]])})
+        >>> {name: round(float(value), 4) for name, value in metrics.named_values().items()}  # AP saw no batch
+        {'ndcg@2': 0.6309}
     """
 
     def __init__(self, metrics: Mapping[str, BatchMetric] | None = None) -> None:

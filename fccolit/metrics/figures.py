@@ -48,8 +48,21 @@ PR_PLUGIN_THRESHOLDS = 127
 
 
 def figure_writer(trainer: Any) -> Any | None:
-    """The ``SummaryWriter`` of the trainer's TensorBoard logger on global rank 0; None on other ranks, without a
-    trainer or without a TensorBoard logger."""
+    """The ``SummaryWriter`` of the trainer's TensorBoard logger on global rank 0, else None.
+
+    Args:
+        trainer: a Lightning ``Trainer`` (or None).
+
+    Returns:
+        The writer; None on other ranks, without a trainer or without a TensorBoard logger.
+
+    Raises:
+        Nothing.
+
+    Example:
+        >>> figure_writer(None) is None
+        True
+    """
     from lightning.pytorch.loggers import TensorBoardLogger
 
     if trainer is None or trainer.global_rank != 0:
@@ -61,9 +74,29 @@ def figure_writer(trainer: Any) -> Any | None:
 
 
 def thin(x: Tensor, y: Tensor, max_points: int = MAX_POINTS) -> Tensor:
-    """Indices ``[P]`` (increasing, first and last included, ``P <= max_points``) of the points of the polyline
-    ``(x [V], y [V])`` nearest to ``max_points − 1`` marks evenly spaced along its length (|Δx| + |Δy|): the steep
-    start of a PR curve keeps its points as well as the long flat tail."""
+    """The indices of at most ``max_points`` points spread evenly along the length of the polyline ``(x, y)``.
+
+    The points nearest to ``max_points − 1`` marks evenly spaced along the length (|Δx| + |Δy|), plus the first and
+    last: the steep start of a PR curve keeps its points as well as the long flat tail.
+
+    Args:
+        x: ``[V]`` abscissas.
+        y: ``[V]`` ordinates.
+        max_points: the most points kept (``>= 2``).
+
+    Returns:
+        ``[P]`` increasing long indices, first and last included, ``P <= max_points`` (all of them when
+        ``V <= max_points``).
+
+    Raises:
+        Nothing for ``[V]`` tensors of the same length.
+
+    Example:
+        >>> import torch
+        >>> x = torch.linspace(0, 1, 101)
+        >>> thin(x, x ** 2, max_points=5).tolist()
+        [0, 46, 76, 100]
+    """
     n = x.numel()
     if n <= max_points:
         return torch.arange(n)
@@ -74,7 +107,22 @@ def thin(x: Tensor, y: Tensor, max_points: int = MAX_POINTS) -> Tensor:
 
 
 def render(figure: Any) -> np.ndarray:
-    """``figure`` drawn on a new Agg canvas as an ``[H, W, 3]`` uint8 image; the figure is cleared afterwards."""
+    """``figure`` drawn on a new Agg canvas as an ``[H, W, 3]`` uint8 image; the figure is cleared afterwards.
+
+    Args:
+        figure: a ``matplotlib.figure.Figure``.
+
+    Returns:
+        The RGB image, for ``SummaryWriter.add_image(..., dataformats="HWC")``.
+
+    Raises:
+        Whatever matplotlib raises while drawing.
+
+    Example:
+        >>> from matplotlib.figure import Figure
+        >>> render(Figure(figsize=(2, 1), dpi=50)).shape
+        (50, 100, 3)
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     canvas = FigureCanvasAgg(figure)
@@ -157,8 +205,35 @@ def _add_pr_curve(writer: Any, tag: str, roc: ROCVertices, step: int) -> None:
 
 
 def log_curve_figures(writer: Any, group: str, curves: Mapping[str, Any], step: int) -> None:
-    """Write the figures of ``curves`` (:meth:`~fccolit.metrics.EvaluationMetrics.named_curves`) under
-    ``{group}/...`` (see the module docstring) at ``step``."""
+    """Write the figures of ``curves`` under ``{group}/...`` at ``step`` (tags: see the module docstring).
+
+    Args:
+        writer: a ``SummaryWriter`` (anything with its ``add_image`` and ``add_pr_curve_raw``).
+        group: the evaluation group, e.g. ``"val"``.
+        curves: :meth:`~fccolit.metrics.EvaluationMetrics.named_curves`: ROC vertices (PR and ROC figures, the
+            PR-curve plugin) and NDCG@1..K tensors (the NDCG@k figure); a task without positives is not drawn.
+        step: the global step.
+
+    Raises:
+        Whatever ``writer`` or matplotlib raise.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.metrics import AUROCScore
+        >>> class Recorder:  # stands for a SummaryWriter
+        ...     def __init__(self):
+        ...         self.tags = []
+        ...     def add_image(self, tag, *args, **kwargs):
+        ...         self.tags.append(tag)
+        ...     add_pr_curve_raw = add_image
+        >>> metric = AUROCScore()
+        >>> metric.update(torch.tensor([0.9, 0.8, 0.3, 0.1]), torch.tensor([1, 0, 1, 0]))
+        >>> _ = metric.compute()
+        >>> writer = Recorder()
+        >>> log_curve_figures(writer, "val", metric.named_curves(), step=0)
+        >>> writer.tags
+        ['val/figures/precision_recall', 'val/figures/roc', 'val/pr_curve']
+    """
     curves = {key: c.cpu() if isinstance(c, Tensor) else ROCVertices(c.fps.cpu(), c.tps.cpu())
               for key, c in curves.items()}
     rocs = {key: c for key, c in curves.items() if isinstance(c, ROCVertices) and c.num_positives > 0}
@@ -179,9 +254,28 @@ def log_curve_figures(writer: Any, group: str, curves: Mapping[str, Any], step: 
 def log_constraint_figure(
     writer: Any, stage: str, epochs: Sequence[int], values: Tensor, names: Sequence[str], step: int
 ) -> None:
-    """Write ``{stage}/figures/constraints``: each constraint's value ``values [E, m]`` against ``epochs [E]``,
-    labelled by ``names [m]`` (a legend right of the axes up to ``MAX_LEGEND`` constraints), with the line ``h = 0``
-    (at or below: met)."""
+    """Write ``{stage}/figures/constraints``: each constraint's value against the epoch, with the line ``h = 0``.
+
+    Args:
+        writer: a ``SummaryWriter`` (anything with its ``add_image``).
+        stage: the tag's prefix, e.g. ``"val"``.
+        epochs: ``[E]`` the epochs.
+        values: ``[E, m]`` the value of each of the m constraints ``h_i`` at each epoch (at or below 0: met).
+        names: ``[m]`` the constraints' names (a legend right of the axes up to ``MAX_LEGEND`` constraints).
+        step: the global step.
+
+    Raises:
+        IndexError: ``values`` has fewer columns than ``names``; or whatever ``writer`` or matplotlib raise.
+
+    Example:
+        >>> import torch
+        >>> class Recorder:  # stands for a SummaryWriter
+        ...     def add_image(self, tag, image, step, dataformats):
+        ...         print(tag, image.shape, step)
+        >>> values = torch.tensor([[0.2, -0.1], [0.0, -0.3]])  # two epochs, two constraints
+        >>> log_constraint_figure(Recorder(), "val", [0, 1], values, ["h_1", "h_2"], step=7)
+        val/figures/constraints (380, 700, 3) 7
+    """
     legend = len(names) <= MAX_LEGEND
     figure, axes = _axes(f"{stage}: constraints h_i (<= 0: met), step {step}", "epoch", "h_i", integer_x=True,
                          legend_right=legend)

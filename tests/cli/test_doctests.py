@@ -16,9 +16,14 @@ DOCTESTED = {
     "fccolit.metrics.ranking": ["NDCGScore", "FullRankingNDCGScore"],
     "fccolit.metrics.classification": ["APScore", "AUROCScore", "PartialAUCScore"],
     "fccolit.metrics.accuracy": ["AccuracyScore"],
+    "fccolit.metrics": ["build_metric", "metric_kind"],
+    "fccolit.metrics.functional.classification": ["ap_score", "auroc_score", "partial_auc_score",
+                                                  "partial_auc_sorted_negatives", "ROCVertices"],
+    "fccolit.metrics.functional.ranking": ["ndcg_at_k", "full_ranking_ndcg"],
+    "fccolit.metrics.figures": ["figure_writer", "thin", "render", "log_curve_figures", "log_constraint_figure"],
     "fccolit.optim": ["Momentum", "LazyAdam"],
     "fccolit._checks": ["check_weight", "check_choice"],
-    "fccolit.metrics.base": [],
+    "fccolit.metrics.base": ["BatchMetric", "per_task_names", "EvaluationMetrics"],
 }
 
 

@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 
 from fccolit._checks import check_choice
+from fccolit.metrics.functional._inputs import check_no_nan_scores
 
 __all__ = [
     "ap_score",
@@ -84,13 +85,7 @@ def _validate_binary(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
         )
     if preds.is_complex():
         raise ValueError("preds must be real scores")
-    if preds.is_floating_point():
-        n_nan = int(torch.isnan(preds).sum())
-        if n_nan:
-            raise ValueError(
-                f"preds contains {n_nan} NaN value(s) out of {preds.numel()}: the model produced NaN scores "
-                "(diverged training or a NaN input). The metric is undefined for NaN scores."
-            )
+    check_no_nan_scores(preds, "preds")
     if target.dtype != torch.bool:
         bad = ~((target == 0) | (target == 1))
         n_bad = int(bad.sum())
@@ -149,11 +144,29 @@ def _snap(x: float, scale: int) -> float:
 class ROCVertices:
     """The ROC curve of one binary task in counts: one vertex per distinct score threshold, highest first.
 
-    ``fps[v]``, ``tps[v]`` (float64 ``[V]``, ``fps[0] = tps[0] = 0``): the negatives and positives scored at or
-    above the v-th highest distinct score. Every curve of the task follows from these: the ROC curve
-    (:meth:`roc`), the precision-recall curve (:meth:`precision_recall`), AP, AUROC and pAUC. The binary metrics
-    keep them from their last ``compute()`` (:meth:`BatchMetric.named_curves`), so the curves cost no second pass
-    over the scores.
+    Every curve of the task follows from these: the ROC curve (:meth:`roc`), the precision-recall curve
+    (:meth:`precision_recall`), AP, AUROC and pAUC. The binary metrics keep them from their last ``compute()``
+    (:meth:`~fccolit.metrics.BatchMetric.named_curves`), so the curves cost no second pass over the scores.
+
+    Args:
+        fps: float64 ``[V]``, ``fps[0] = 0``: ``fps[v]`` negatives are scored at or above the v-th highest distinct
+            score.
+        tps: float64 ``[V]``, ``tps[0] = 0``: the positives, likewise.
+
+    Raises:
+        Nothing: the vertices are not checked (a class without samples gives NaN rates in :meth:`roc`).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.metrics import AUROCScore
+        >>> metric = AUROCScore()
+        >>> metric.update(torch.tensor([0.9, 0.8, 0.3, 0.1]), torch.tensor([1, 0, 1, 0]))
+        >>> _ = metric.compute()
+        >>> roc = metric.named_curves()["roc"]
+        >>> roc.fps.tolist(), roc.tps.tolist()
+        ([0.0, 0.0, 1.0, 1.0, 2.0], [0.0, 1.0, 1.0, 2.0, 2.0])
+        >>> [round(p, 4) for p in roc.precision_recall()[1].tolist()]  # precision at each threshold
+        [1.0, 0.5, 0.6667, 0.5]
     """
 
     fps: Tensor
@@ -164,10 +177,12 @@ class ROCVertices:
 
     @property
     def num_positives(self) -> int:
+        """The task's number of positives, ``tps[-1]``."""
         return int(self.tps[-1])
 
     @property
     def num_negatives(self) -> int:
+        """The task's number of negatives, ``fps[-1]``."""
         return int(self.fps[-1])
 
     def roc(self) -> tuple[Tensor, Tensor]:
@@ -202,20 +217,30 @@ def _roc_counts(preds: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
 # functional metrics
 # ----------------------------------------------------------------------------------------------------------
 def ap_score(preds: Tensor, target: Tensor) -> Tensor:
-    """Exact (non-interpolated) average precision, ``AP = Σ_t (R_t − R_{t−1}) · P_t``.
+    """Exact (non-interpolated) average precision of scores against binary labels.
 
-    ``t`` runs over the distinct score thresholds in decreasing order; ``P_t`` and ``R_t`` are the
-    precision and recall of predicting positive every sample scored ``>= t``. This is sklearn
-    ``average_precision_score`` and torchmetrics ``BinaryAveragePrecision(thresholds=None)``, ties
-    included (a tied group enters as one threshold). Without ties it equals the mean over positives of the
-    precision at that positive's rank, SOAP's AP (Wang & Yang, ICML 2022; Wang et al., AISTATS 2022).
+    ``AP = Σ_t (R_t − R_{t−1}) · P_t``: ``t`` runs over the distinct score thresholds in decreasing order; ``P_t``
+    and ``R_t`` are the precision and recall of predicting positive every sample scored ``>= t``. This is sklearn
+    ``average_precision_score`` and torchmetrics ``BinaryAveragePrecision(thresholds=None)``, ties included (a tied
+    group enters as one threshold). Without ties it equals the mean over positives of the precision at that
+    positive's rank, SOAP's AP (Wang & Yang, ICML 2022; Wang et al., AISTATS 2022).
 
     Args:
-        preds: ``[N]`` or ``[N, 1]`` scores.
+        preds: ``[N]`` or ``[N, 1]`` scores (any monotone scale: only the order matters).
         target: ``[N]`` or ``[N, 1]`` labels in {0, 1} (bool, int or float).
 
     Returns:
-        0-d float64 tensor. Raises ValueError without positives (AP is 1 with no negatives).
+        0-d float64 tensor in [0, 1].
+
+    Raises:
+        ValueError: ``preds`` or ``target`` is not a tensor of shape ``[N]`` or ``[N, 1]``, their lengths differ,
+            ``preds`` holds NaN or ``target`` a value outside {0, 1}; or there is no positive (AP is 1 without
+            negatives).
+
+    Example:
+        >>> import torch
+        >>> round(float(ap_score(torch.tensor([0.9, 0.8, 0.3, 0.1]), torch.tensor([1, 0, 1, 0]))), 4)
+        0.8333
     """
     preds, target = _validate_binary(preds, target)
     n_pos, n_neg = _class_counts(target)
@@ -225,13 +250,27 @@ def ap_score(preds: Tensor, target: Tensor) -> Tensor:
 
 
 def auroc_score(preds: Tensor, target: Tensor) -> Tensor:
-    """Area under the ROC curve, ``(1/(N+ N−)) Σ_{i∈+} Σ_{j∈−} (1[s_i > s_j] + ½·1[s_i = s_j])``.
+    """Area under the ROC curve of scores against binary labels, ties counted 1/2.
 
-    Computed as the trapezoidal area under the ROC curve (see the module docstring), which is that
-    Mann–Whitney statistic with ties counted as 1/2; equal to sklearn ``roc_auc_score``.
+    ``(1/(N+ N−)) Σ_{i∈+} Σ_{j∈−} (1[s_i > s_j] + ½·1[s_i = s_j])``, computed as the trapezoidal area under
+    the ROC curve (see the module docstring), which is that Mann–Whitney statistic; equal to sklearn
+    ``roc_auc_score``.
+
+    Args:
+        preds: ``[N]`` or ``[N, 1]`` scores (any monotone scale: only the order matters).
+        target: ``[N]`` or ``[N, 1]`` labels in {0, 1} (bool, int or float).
 
     Returns:
-        0-d float64 tensor. Raises ValueError unless both classes are present.
+        0-d float64 tensor in [0, 1].
+
+    Raises:
+        ValueError: ``preds`` or ``target`` is not a tensor of shape ``[N]`` or ``[N, 1]``, their lengths differ,
+            ``preds`` holds NaN or ``target`` a value outside {0, 1}; or one class is absent.
+
+    Example:
+        >>> import torch
+        >>> float(auroc_score(torch.tensor([0.9, 0.8, 0.3, 0.1]), torch.tensor([1, 0, 1, 0])))  # 3 of 4 pairs
+        0.75
     """
     preds, target = _validate_binary(preds, target)
     _require_both_classes(target, "AUROC")
@@ -258,16 +297,18 @@ def partial_auc_score(
     fpr_max: float,
     normalization: Normalization = "normalized",
 ) -> Tensor:
-    """Partial area under the ROC curve for FPR in ``[fpr_min, fpr_max]``.
+    """Partial area under the ROC curve of scores against binary labels for FPR in ``[fpr_min, fpr_max]``.
 
     The ROC curve (module docstring) is integrated exactly between the two FPR values, interpolating it
     linearly where an end falls inside a segment. Ties between the classes appear as diagonal segments, so
-    ``partial_auc_score(p, y, 0, 1, "raw") == auroc_score(p, y)`` with ties, and raw areas are additive over adjacent
-    ranges.
+    ``partial_auc_score(p, y, 0, 1, "raw") == auroc_score(p, y)`` with ties, and raw areas are additive over
+    adjacent ranges.
 
     Args:
-        preds, target: as in :func:`auroc_score`.
-        fpr_min, fpr_max: the FPR range ``0 <= α < β <= 1``.
+        preds: ``[N]`` or ``[N, 1]`` scores (any monotone scale: only the order matters).
+        target: ``[N]`` or ``[N, 1]`` labels in {0, 1} (bool, int or float).
+        fpr_min: the range's lower end α, ``0 <= α < β``.
+        fpr_max: the range's upper end β, ``β <= 1``.
         normalization:
 
             * ``"normalized"`` (default): ``A / (β − α)``, in [0, 1] (the papers' "normalized pAUC").
@@ -276,7 +317,19 @@ def partial_auc_score(
               ``sklearn.metrics.roc_auc_score(max_fpr=β)``. Undo it with ``A = β²/2 + (2·m − 1)(β − β²/2)``.
 
     Returns:
-        0-d float64 tensor. Raises ValueError unless both classes are present.
+        0-d float64 tensor.
+
+    Raises:
+        ValueError: the range is not ``0 <= fpr_min < fpr_max <= 1``, the normalization is unknown or
+            ``"mcclish"`` with ``fpr_min > 0``; ``preds`` or ``target`` is not a tensor of shape ``[N]`` or
+            ``[N, 1]``, their lengths differ, ``preds`` holds NaN or ``target`` a value outside {0, 1}; or one class
+            is absent.
+
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0.9, 0.8, 0.3, 0.1]), torch.tensor([1, 0, 1, 0])
+        >>> float(partial_auc_score(preds, target, 0.0, 0.5)), float(partial_auc_score(preds, target, 0.0, 0.5, "raw"))
+        (0.5, 0.25)
     """
     lo, hi = _check_partial_auc_args(fpr_min, fpr_max, normalization)
     preds, target = _validate_binary(preds, target)
@@ -310,11 +363,35 @@ def _partial_auc_of(roc: ROCVertices, lo: float, hi: float, normalization: Norma
 
 
 def partial_auc_sorted_negatives(preds: Tensor, target: Tensor, fpr_min: float, fpr_max: float) -> Tensor:
-    """The pAUC papers' empirical normalized pAUC on ``[α, β]`` (Yao, Lin & Yang, NeurIPS 2022, eq. (2)), from the
-    sorted negatives.
+    """The pAUC papers' normalized pAUC on the FPR range [α, β], from the sorted negatives (strict comparisons).
 
-    With the negatives sorted by decreasing score, ``s_[1] >= s_[2] >= ... >= s_[N−]``, ``m = N−·α`` and
-    ``n = N−·β`` (eq. (2) assumes both integers)::
+    Yao, Lin & Yang (NeurIPS 2022), eq. (2); the definition and its relation to :func:`partial_auc_score` follow the
+    example.
+
+    Args:
+        preds: ``[N]`` or ``[N, 1]`` scores (any monotone scale: only the order matters).
+        target: ``[N]`` or ``[N, 1]`` labels in {0, 1} (bool, int or float).
+        fpr_min: α, ``0 <= α < β``.
+        fpr_max: β, ``β <= 1``.
+
+    Returns:
+        0-d float64 tensor in [0, 1].
+
+    Raises:
+        ValueError: the range is not ``0 <= fpr_min < fpr_max <= 1``; ``preds`` or ``target`` is not a tensor of
+            shape ``[N]`` or ``[N, 1]``, their lengths differ, ``preds`` holds NaN or ``target`` a value outside
+            {0, 1}; or one class is absent.
+
+    Example:
+        >>> import torch
+        >>> preds, target = torch.tensor([0.9, 0.5, 0.5, 0.1]), torch.tensor([1, 1, 0, 0])
+        >>> float(partial_auc_sorted_negatives(preds, target, 0.0, 0.5))  # the tie at 0.5 counts 0
+        0.5
+        >>> float(partial_auc_score(preds, target, 0.0, 0.5))  # and 1/2 there
+        0.75
+
+    Definition. With the negatives sorted by decreasing score, ``s_[1] >= s_[2] >= ... >= s_[N−]``,
+    ``m = N−·α`` and ``n = N−·β`` (eq. (2) assumes both integers)::
 
         pAUC(α, β) = 1/(N+ (n − m)) · Σ_{i∈+} Σ_{j=m+1}^{n} 1[s_i > s_[j]]
 
@@ -336,9 +413,6 @@ def partial_auc_sorted_negatives(preds: Tensor, target: Tensor, fpr_min: float, 
 
     (exactly for integer ``N−α``, ``N−β`` as eq. (2) states, and with the fractional weights also for
     non-integer ones). With positive/negative ties this value is lower: ties count 0 here and 1/2 there.
-
-    Returns:
-        0-d float64 tensor in [0, 1]. Raises ValueError unless both classes are present.
     """
     lo, hi = _check_range(fpr_min, fpr_max)
     preds, target = _validate_binary(preds, target)

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from fccolit._checks import check_choice
+from fccolit.metrics.functional._inputs import check_no_nan_scores
 
 __all__ = [
     "ndcg_at_k",
@@ -79,16 +80,6 @@ def _discounts(length: int, k: int | None, device: torch.device) -> Tensor:
     return d
 
 
-def _check_no_nan_scores(values: Tensor, what: str) -> None:
-    if values.is_floating_point():
-        n_nan = int(torch.isnan(values).sum())
-        if n_nan:
-            raise ValueError(
-                f"{what} contains {n_nan} NaN value(s) out of {values.numel()}: the model produced NaN scores "
-                "(diverged training or a NaN input). Metrics are undefined for NaN scores."
-            )
-
-
 def _apply_empty(value: Tensor, ideal: Tensor, empty: str) -> Tensor:
     """Replace ``value`` where ``ideal == 0`` according to the ``empty`` policy."""
     is_empty = ideal <= 0
@@ -127,7 +118,7 @@ def ndcg_at_k(
 
             * ``"zero"``: 0 (torchmetrics' default ``empty_target_action="neg"``);
             * ``"one"``: 1 (allRank / LightGBM convention);
-            * ``"skip"``: NaN, so that aggregators drop the query (``NDCG`` does; ``torch.nanmean`` does).
+            * ``"skip"``: NaN, so that aggregators drop the query (``NDCGScore`` does; ``torch.nanmean`` does).
         ties: how items with equal scores are ranked:
 
             * ``"average"``: each item of a tied group gets the mean of the (k-truncated) discounts of the
@@ -144,8 +135,17 @@ def ndcg_at_k(
         ``empty_query="skip"``).
 
     Raises:
-        ValueError: on shape mismatch, ``top_k < 1``, an unknown policy, NaN scores or NaN / negative relevance
-            on real items.
+        ValueError: ``preds`` is not ``[Q, L]`` or ``target`` / ``mask`` have another shape, ``top_k`` is not a
+            positive int or None, a policy is unknown, or a real item has a NaN score or a NaN / negative relevance.
+
+    Example:
+        >>> import torch
+        >>> preds = torch.tensor([[0.9, 0.1, 0.5], [0.2, 0.8, 0.3]])  # two queries of three items
+        >>> target = torch.tensor([[1, 0, 0], [0, 0, 2]])
+        >>> ndcg_at_k(preds, target, top_k=2)  # query 2's relevant item is ranked 2nd: 1 / log2(3)
+        tensor([1.0000, 0.6309], dtype=torch.float64)
+        >>> ndcg_at_k(preds, target, mask=torch.tensor([[True, True, True], [True, True, False]]))
+        tensor([1., 0.], dtype=torch.float64)
     """
     return _ndcg_lists(preds, target, top_k, mask, gain, empty_query, ties)[0]
 
@@ -180,7 +180,7 @@ def _ndcg_lists(
         mask = mask.to(device=preds.device, dtype=torch.bool)
     target = target.to(device=preds.device)
 
-    _check_no_nan_scores(preds[mask], "preds")
+    check_no_nan_scores(preds[mask], "preds")
     y = target.to(torch.float64)
     y_real = y[mask]
     if torch.isnan(y_real).any():
@@ -286,7 +286,7 @@ def _raise_on_nan_scores(scores: Tensor, top_values: Tensor) -> None:
     """
     if scores.device.type == "cpu" and not bool(torch.isnan(top_values).any()):
         return
-    _check_no_nan_scores(scores, "scores")
+    check_no_nan_scores(scores, "scores")
 
 
 def _full_ranking_ndcg_prefix(
@@ -402,7 +402,8 @@ def full_ranking_ndcg(
     Every item the user has not trained on is ranked by its score; the held-out (test or validation)
     items are the relevant ones. ``DCG@k = sum over the top k of G(rel) / log2(rank + 1)``, where items that
     are not held out have gain 0, and ``IDCG@k`` is the DCG@k of the user's held-out relevances sorted in
-    decreasing order. With one held-out item of relevance 1 this is ``1[rank <= k] / log2(1 + rank)``.
+    decreasing order. With one held-out item of relevance 1 this is ``1[rank <= k] / log2(1 + rank)``. How ties
+    and excluded items rank is said after the example.
 
     Args:
         scores: ``[U, I]`` dense scores of a chunk of ``U`` users over ALL ``I`` items. Feed large user sets
@@ -419,13 +420,26 @@ def full_ranking_ndcg(
         empty_query: users without held-out relevance (IDCG 0) score 0 (``"zero"``), 1 (``"one"``) or NaN
             (``"skip"``).
 
+    Returns:
+        ``[U]`` float64 tensor of NDCG@k.
+
+    Raises:
+        ValueError: ``scores`` is not ``[U, I]``, ``heldout_items`` / ``heldout_relevance`` / ``exclude_items``
+            have other shapes or ids outside ``[0, I)`` (other than ``-1``), a held-out relevance is negative or
+            NaN, ``top_k`` is not a positive int, a choice is unknown, or ``scores`` holds NaN.
+
+    Example:
+        >>> import torch
+        >>> scores = torch.tensor([[0.1, 0.9, 0.5, 0.3], [0.8, 0.7, 0.6, 0.5]])  # two users, four items
+        >>> heldout_items, heldout_relevance = torch.tensor([[2], [3]]), torch.ones(2, 1)
+        >>> exclude_items = torch.tensor([[-1, -1], [0, 1]])  # user 2 trained on items 0 and 1
+        >>> full_ranking_ndcg(scores, heldout_items, heldout_relevance, exclude_items, top_k=2)
+        tensor([0.6309, 0.6309], dtype=torch.float64)
+
     Ties: the top k is taken with ``torch.topk``, so items with equal scores are ordered however
     ``topk`` happens to order them (implementation-defined, may differ between CPU and CUDA). No tie
     averaging is done; models with continuous scores rarely tie. Excluded items (``-inf``) can only enter
     the top k when fewer than k items remain, and they never carry gain.
-
-    Returns:
-        ``[U]`` float64 tensor of NDCG@k.
     """
     check_choice("gain", gain, _GAINS)
     check_choice("empty_query", empty_query, _EMPTY)
