@@ -31,7 +31,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -39,8 +39,7 @@ from torch.func import functional_call
 
 from fccolit.algorithms.double_loop import DoubleLoop, ParameterSnapshot
 from fccolit.algorithms.sonex import NonsmoothFCCOModule
-from fccolit.objectives.base import FCCOObjective, InnerBatch
-from fccolit.state import StateUpdate
+from fccolit.objectives.base import FCCOObjective
 
 __all__ = ["ALEXR2"]
 
@@ -56,7 +55,9 @@ class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
         nu: ν, the outer Moreau parameter, ``ν < 1/ρ_{F_λ}`` (default 0.1, grid {0.1, 0.01}).
         inner_lr: η, the inner primal step (default 0.1, an assumption inside the grid {1e-3, 1e-2, 0.1, 1}).
         inner_steps: K, inner steps per outer step (default 5, grid {5, 10}).
-        ema_weight: γ̂ = γ/(1 + γ), the dual step in its MSVR form (default 0.8, the experiments' value).
+        ema_weight: the weight of the new estimate in u's moving average, as in every algorithm: here γ̂ = γ/(1 + γ)
+            of the paper's dual step γ (:attr:`dual_step`), Algorithm 2's dual step in its MSVR form (default 0.8,
+            the experiments' value).
         extrapolation: θ, so the MSVR correction weight is γ̂θ (default 0.125: γ̂θ = 0.1 as in F.2).
         independent_batches: split each per-device batch into a first half B (values, for u) and a second half B̃
             (gradients), the paper's two independent batches. The global batch must then be laid out as two
@@ -90,10 +91,10 @@ class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
         ema_weight: float = 0.8,
         extrapolation: float = 0.125,
         independent_batches: bool = True,
-        eval_params: str = "anchor",
+        eval_params: Literal["anchor", "inner"] = "anchor",
         constraints_per_step: int | None = None,
         sample_seed: int = 0,
-        outer_normalization: str = "present",
+        outer_normalization: Literal["present", "fixed"] = "present",
         **kwargs,
     ) -> None:
         if not float(nu) > 0.0:
@@ -184,50 +185,26 @@ class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
         """z_{k−1} for the MSVR correction (none at k = 0, where z_{−1} = z_0, or without extrapolation)."""
         return self.inner_previous if self.extrapolation != 0.0 and self.loop["inner_step"] > 0 else None
 
+    u_for_gradient = "fresh"  # y_i = ∇f_λ(u_i) of the dual step just taken
+
     @property
     def correction_weight(self) -> float:
         """γ̂θ, the MSVR correction's weight (follows a scheduled γ̂)."""
         return self.ema_weight * self.extrapolation
 
-    def dual_update(self, batch: dict[str, torch.Tensor]) -> tuple[InnerBatch, StateUpdate]:
-        """The dual step on the value batch B, in MSVR form: ``u_i ← (1 − γ̂)u_i + γ̂ ĝ_i(z_k) + γ̂θ(ĝ_i(z_k) −
-        ĝ_i(z_{k−1}))`` for the rows i ∈ B_1 of the batch (``y_i = ∇f_λ(u_i)``). Returns the rows and the update."""
-        with torch.no_grad():
-            scores, obj_batch, synced = self.objective_inputs(self(batch), batch)
-            previous = self.scores_at_previous(batch, synced)
-            values = self.inner_estimates(self.objective, scores, obj_batch, synced, previous)
-        return values, self.update_state(self.state, values, synced)
-
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        """One inner step: the base's step template with the value half B (no gradient: the dual step on u) and the
+        gradient half B̃ (:meth:`split_batch`), the proximal z step, and every K-th batch the outer step."""
         inner_opt, outer_opt = self.optimizers()
         params = self.loop_parameters()
         self.ensure_anchor()  # z_0 = z_{−1} = w_0 at the first step
-        value_batch, grad_batch = self.split_batch(batch)
-        values, record = self.dual_update(value_batch)
-
-        # primal gradient on the independent batch B̃, with the fresh duals y_i = ∇f_λ(u_i), i ∈ B_1
-        scores, obj_batch, synced = self.objective_inputs(self(grad_batch), grad_batch)
-        grads = self.objective.inner(scores, obj_batch)
-        grads = grads.select(torch.isin(grads.index, values.index).nonzero().flatten())
-        terms = estimate = None
-        if grads.index.numel() > 0:
-            terms = self.surrogate_terms(*self.estimator_weights(self.objective, self.state.read(grads.index), grads))
-        if values.index.numel() > 0:
-            with torch.no_grad():
-                estimate = self.plug_in_estimate(self.objective, record.current, values)
-        direct = self.direct_term(scores, obj_batch, synced, None)
-        loss, estimate = self.assemble_loss(scores, terms, estimate, direct, synced)
-
-        inner_opt.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
-        self.check_finite_step(inner_opt, loss)
-        if self.gradient_clip_val:
-            self.clip_gradients(
-                inner_opt, gradient_clip_val=self.gradient_clip_val, gradient_clip_algorithm=self.gradient_clip_algorithm
-            )
+        value_batch, gradient_batch = self.split_batch(batch)
+        with torch.no_grad():
+            scores = self(value_batch)
+        loss, estimate = self.compositional_loss(scores, value_batch, gradient_batch)
         self.inner_previous.copy_from(params)  # z_k becomes z_{k−1}
-        inner_opt.step()  # z_{k+1}; the counted step: global_step = batches
-        self.steps_done += 1
+        # z_{k+1}: the counted step (global_step = batches); the scheduler drives the outer optimizer
+        self.optimization_step(loss, optimizer=inner_opt, step_scheduler=False)
         if self.end_inner_step():
             self.outer_step(outer_opt.optimizer, params)
         self.log_objective_estimate(estimate)

@@ -27,12 +27,14 @@ References:
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import nn
 from torch.func import functional_call
 
 from fccolit import distributed
-from fccolit.algorithms.base import FCCOModule
+from fccolit.algorithms.base import FCCOModule, TrackedSum
 from fccolit.algorithms.double_loop import ParameterSnapshot
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.nonsmooth import CompositeObjective
@@ -92,7 +94,7 @@ class NonsmoothFCCOModule(FCCOModule):
         lam: float = 0.0,
         constraints_per_step: int | None = None,
         sample_seed: int = 0,
-        outer_normalization: str = "present",
+        outer_normalization: Literal["present", "fixed"] = "present",
         **kwargs,
     ) -> None:
         if outer_normalization not in OUTER_NORMALIZATIONS:
@@ -118,6 +120,8 @@ class NonsmoothFCCOModule(FCCOModule):
     def configure_state(self) -> None:
         super().configure_state()
         self.register_buffer("steps_done", torch.zeros((), dtype=torch.long))
+        self.adds_direct_term = getattr(self.objective, "direct", None) is not None
+        self._previous: tuple[ParameterSnapshot, torch.Tensor] | None = None  # this step's (w_{t−1}, its scores)
 
     # ------------------------------------------------------------------ parameters and their copies
     def trainable(self) -> list[tuple[str, nn.Parameter]]:
@@ -127,9 +131,9 @@ class NonsmoothFCCOModule(FCCOModule):
     def snapshot(self) -> ParameterSnapshot:
         return ParameterSnapshot(self.trainable())
 
-    def scores_at(self, snapshot: ParameterSnapshot, batch: dict[str, torch.Tensor], synced: bool) -> torch.Tensor:
+    def scores_at(self, snapshot: ParameterSnapshot, batch: dict[str, torch.Tensor], gather: bool) -> torch.Tensor:
         """The model's scores of ``batch`` at the parameters in ``snapshot`` (no gradient, the live ones untouched),
-        gathered like :meth:`objective_inputs` gathers them when the objective sees the global batch (``synced``).
+        all-gathered across ranks when ``gather`` (as the objective's global batch is gathered).
 
         The forward runs through ``torch.func.functional_call``; the model's buffers (e.g. BatchNorm statistics)
         are passed as copies so this extra pass does not update them.
@@ -138,7 +142,7 @@ class NonsmoothFCCOModule(FCCOModule):
             params = snapshot.as_dict()
             buffers = {f"model.{n}": b.clone() for n, b in self.model.named_buffers()}
             scores = functional_call(self, {**params, **buffers}, (batch,), strict=False)
-            return distributed.all_gather_equal(scores) if synced else scores
+            return distributed.all_gather_equal(scores) if gather else scores
 
     def inner_at(
         self, snapshot: ParameterSnapshot, scores: torch.Tensor, obj_batch: dict[str, torch.Tensor]
@@ -157,26 +161,42 @@ class NonsmoothFCCOModule(FCCOModule):
                 )
             return functional_call(self.objective, objective_params, (scores, obj_batch), strict=False)
 
-    # ------------------------------------------------------------------ hooks of the FCCO step
+    # ------------------------------------------------------------------ the FCCO step
     def previous_iterate(self) -> ParameterSnapshot | None:
         """The parameters whose inner values form the MSVR correction (SONEX: w_{t−1}; ALEXR2: z_{k−1}), or None
         when this step has no correction."""
         return None
 
-    def scores_at_previous(self, batch: dict[str, torch.Tensor], synced: bool) -> torch.Tensor | None:
-        snapshot = self.previous_iterate()
-        return None if snapshot is None else self.scores_at(snapshot, batch, synced)
+    @property
+    def tracked_sums(self) -> list[TrackedSum]:
+        """The objective on ``state``, its rows' terms reduced as ``outer_normalization`` says."""
+        return [TrackedSum(self.objective, self.state, self.reduce_rows)]
 
-    def inner_estimates(
-        self, objective: FCCOObjective, scores: torch.Tensor, batch: dict[str, torch.Tensor], synced: bool,
-        previous_scores: torch.Tensor | None = None,
-    ) -> InnerBatch:
-        """``ĝ_i(w_t)`` with the MSVR correction ``ĝ_i(w_{t−1})`` of the same batch (when ``previous_scores``) and,
-        for the module's objective, this step's sample of the outer indices (:meth:`sample_constraints`)."""
+    def compositional_loss(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor], gradient_batch: dict[str, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The base's step template with the scores of ``batch`` at :meth:`previous_iterate` taken first (for the
+        MSVR correction in :meth:`inner_estimates`), and the step counted once the loss is formed (the constraint
+        sample of the next step)."""
+        snapshot = self.previous_iterate()
+        if snapshot is not None:
+            gather = self.objective.needs_global_batch and distributed.is_distributed()
+            self._previous = (snapshot, self.scores_at(snapshot, batch, gather))
+        out = super().compositional_loss(scores, batch, gradient_batch)
+        self._previous = None
+        self.steps_done += 1
+        return out
+
+    def inner_estimates(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
+        """``ĝ_i(w_t)`` with the MSVR correction ``ĝ_i(w_{t−1})`` of the same batch (when the step has a previous
+        iterate) and, for the module's objective, this step's sample of the outer indices
+        (:meth:`sample_constraints`)."""
+        objective = self.tracked.objective
         inner = objective.inner(scores, batch)
-        if previous_scores is not None:
+        if self._previous is not None:
+            snapshot, previous_scores = self._previous
             if objective is self.objective:
-                previous = self.inner_at(self.previous_iterate(), previous_scores, batch)
+                previous = self.inner_at(snapshot, previous_scores, batch)
             else:
                 with torch.no_grad():
                     previous = objective.inner(previous_scores, batch)
@@ -196,21 +216,11 @@ class NonsmoothFCCOModule(FCCOModule):
             weight = self.objective.outer_grad(u, context)
         return weight.detach()
 
-    def estimator_weights(
-        self, objective: FCCOObjective, u: torch.Tensor, inner: InnerBatch
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def estimator_weights(self, u: torch.Tensor, inner: InnerBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The module's objective: ``∇f_λ`` (:meth:`outer_weight`); a tracked direct term's f_0 is not smoothed."""
-        if objective is self.objective:
+        if self.tracked.objective is self.objective:
             return self.outer_weight(u, inner.context), inner.value
-        return super().estimator_weights(objective, u, inner)
-
-    def direct_term(
-        self, scores: torch.Tensor, batch: dict[str, torch.Tensor], synced: bool, previous_scores: torch.Tensor | None
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The mini-batch estimate ``ĝ_0`` of the objective's direct term and its value (None: no direct term)."""
-        direct = getattr(self.objective, "direct", None)
-        value = None if direct is None else direct(scores, batch)
-        return value, None if value is None else value.detach()
+        return super().estimator_weights(u, inner)
 
     def sample_constraints(self, inner: InnerBatch) -> InnerBatch:
         """Keep the rows whose index is in this step's random subset of ``constraints_per_step`` outer indices.
@@ -231,16 +241,13 @@ class NonsmoothFCCOModule(FCCOModule):
             return self.constraints_per_step
         return self.state.num_rows
 
-    def reduce_rows(self, terms: torch.Tensor, synced: bool) -> torch.Tensor:
-        """``mean_i`` of the rows' terms (``outer_normalization="present"``) or ``(1/m) Σ_i`` (``"fixed"``).
-        ``synced``: the rows are the global batch's (the same on every rank), else this rank's own."""
+    def reduce_rows(self, terms: torch.Tensor) -> torch.Tensor:
+        """``mean_i`` of the rows' terms ``[R]`` (``outer_normalization="present"``) or ``(1/m) Σ_i`` (``"fixed"``;
+        the rows of a rank's own batch, not the global one, count W times: DDP averages over the W ranks)."""
         if self.outer_normalization == "fixed":
-            ranks = 1 if synced else distributed.world_size()
+            ranks = 1 if self.synced else distributed.world_size()
             return terms.sum() * (ranks / self.rows_due())
         return terms.mean()
-
-    def on_estimate_end(self) -> None:
-        self.steps_done += 1
 
     def penalty_weights(self) -> torch.Tensor | None:
         """Per state row ``(1/m) ∂p_λ(h_i(u_i))``, read from the **tracked** inner values ``u_i`` (the duals
@@ -274,7 +281,7 @@ class SONEX(NonsmoothFCCOModule):
     and optionally ``constraints_per_step`` < m.
 
     When ``g_0`` is itself an FCCO (the objective's ``direct_objective``, e.g. the global contrastive loss of
-    :class:`~fccolit.objectives.ContinualLearning`), its inner values ``g_{0,a}`` are tracked by the same step in a
+    :class:`~fccolit.objectives.ContinualLearningObjective`), its inner values ``g_{0,a}`` are tracked by the same step in a
     second state, ``direct_state`` (u_0), and ``∇ĝ_0`` above becomes ``mean_a ∇ĝ_{0,a}(w_t) ∇f_0(u_{0,a})``: the
     paper's "modified SONEX" (Chen et al., App. F.3). ALEXR2 and the other modules use the plug-in ``ĝ_0`` instead.
 
@@ -303,10 +310,10 @@ class SONEX(NonsmoothFCCOModule):
         lam: float = 0.01,
         ema_weight: float = 0.8,
         correction_weight: float = 0.1,
-        u_for_gradient: str = "fresh",
+        u_for_gradient: Literal["fresh", "previous"] = "fresh",
         constraints_per_step: int | None = None,
         sample_seed: int = 0,
-        outer_normalization: str = "present",
+        outer_normalization: Literal["present", "fixed"] = "present",
         **kwargs,
     ) -> None:
         if not 0.0 < ema_weight <= 1.0:
@@ -336,31 +343,30 @@ class SONEX(NonsmoothFCCOModule):
                     f"trainable parameters is not supported ({type(self.objective).__name__})"
                 )
             self.direct_state = self.make_state(direct.inner_dim, name="u_0", objective=direct)
+            self.adds_direct_term = False  # tracked instead of its plug-in value
 
     def previous_iterate(self) -> ParameterSnapshot | None:
         if self.previous is not None and not bool(self.previous.ready):
             self.previous.copy_from(p for _, p in self.trainable())  # w_{−1} = w_0
         return self.previous
 
-    def direct_term(
-        self, scores: torch.Tensor, batch: dict[str, torch.Tensor], synced: bool, previous_scores: torch.Tensor | None
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """A plain direct term is its mini-batch estimate ``ĝ_0``. A tracked one (``direct_objective``) takes the
-        same FCCO step as the outer indices on its own state u_0 (γ, γ', u ordering: this module's), contributing
-        ``mean_a ⟨∇f_0(u_{0,a}), ĝ_{0,a}⟩`` with value ``mean_a f_0(u_{0,a})`` (the updated u)."""
-        if self.direct_state is None:
-            return super().direct_term(scores, batch, synced, previous_scores)
-        direct = self.objective.direct_objective
-        inner = self.inner_estimates(direct, scores, batch, synced, previous_scores)
-        terms, values = self.estimator_terms_of(direct, self.direct_state, inner, synced)
-        if terms is None:
-            return scores.sum() * 0.0, None
-        return terms.mean(), values.mean()
+    @property
+    def tracked_sums(self) -> list[TrackedSum]:
+        """The objective on ``state`` and, when ``g_0`` is itself an FCCO, ``direct_objective`` on ``direct_state``
+        (the same γ, γ' and u ordering; the mean over its rows)."""
+        sums = super().tracked_sums
+        if self.direct_state is not None:
+            sums.append(TrackedSum(self.objective.direct_objective, self.direct_state))
+        return sums
 
-    def on_estimate_end(self) -> None:
+    def compositional_loss(
+        self, scores: torch.Tensor, batch: dict[str, torch.Tensor], gradient_batch: dict[str, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`NonsmoothFCCOModule.compositional_loss`, after which w_t becomes the next step's w_{t−1}."""
+        out = super().compositional_loss(scores, batch, gradient_batch)
         if self.previous is not None:
-            self.previous.copy_from(p for _, p in self.trainable())  # w_t becomes the previous iterate of the next step
-        super().on_estimate_end()
+            self.previous.copy_from(p for _, p in self.trainable())
+        return out
 
 
 class SONX(SONEX):
@@ -401,12 +407,12 @@ class PenaltySOX(SONEX):
 
     i.e. :class:`fccolit.algorithms.SOX` plus the direct term ``g_0`` (the plain SOX module has no ``g_0``). Use it
     with ``penalty="squared_hinge"`` (Li et al. [7]); defaults are SOX's (γ = 0.1). A direct term that is itself an
-    FCCO (e.g. :class:`~fccolit.objectives.ContinualLearning`'s contrastive loss) is tracked by the same rule (see
+    FCCO (e.g. :class:`~fccolit.objectives.ContinualLearningObjective`'s contrastive loss) is tracked by the same rule (see
     :class:`SONEX`): ``∇ĝ_0`` becomes ``mean_a ∇ĝ_{0,a} ∇f_0(u_{0,a}^{t−1})``.
     """
 
     def __init__(
-        self, model: nn.Module, objective: FCCOObjective, ema_weight: float = 0.1, u_for_gradient: str = "previous",
+        self, model: nn.Module, objective: FCCOObjective, ema_weight: float = 0.1, u_for_gradient: Literal["previous", "fresh"] = "previous",
         **kwargs,
     ) -> None:
         super().__init__(

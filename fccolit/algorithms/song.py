@@ -10,7 +10,7 @@ All three are SOX (one moving average per relevant (query, item) pair, selective
   moving average s_q of ``∂²_λ L_q`` for the implicit gradient; the *practical* one (eq. (8)) stops the gradient
   through ψ and needs no s_q. The attribute :attr:`KSONG.estimator` switches between them
   (:class:`fccolit.callbacks.stop_gradient.StopGradientSwitch` flips it during training);
-* :class:`SOLC` (Algorithm 3): SOX on :class:`~fccolit.objectives.listwise.SOLCListwiseCE` with the freshly updated
+* :class:`SOLC` (Algorithm 3): SOX on :class:`~fccolit.objectives.listwise.SOLCListwiseCELoss` with the freshly updated
   u and a log-domain state; the warm-up of the other two (:class:`fccolit.callbacks.warmup.WarmUp`).
 
 Evaluation: learning-to-rank batches (``features``, ``relevance``, ``mask``) are scored list by list and feed
@@ -27,7 +27,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Iterable, Literal, Sequence
 
 import torch
 from torch import nn
@@ -35,9 +35,9 @@ from torch import nn
 from fccolit.algorithms.sox import SOX
 from fccolit.metrics import EvaluationMetrics, FullRankingNDCGScore, NDCGScore
 from fccolit.objectives.base import FCCOObjective, InnerBatch
-from fccolit.objectives.listwise import SOLCListwiseCE
+from fccolit.objectives.listwise import SOLCListwiseCELoss
 from fccolit.objectives.ndcg import NDCGSurrogate, TopKNDCGSurrogate
-from fccolit.state import IndexedState, StateUpdate
+from fccolit.state import StateUpdate
 
 #: Default metrics (Qiu et al., §7.1 and §7.2): NDCG@{1,3,5} for learning to rank, @{10,20,50} for recommendation.
 LTR_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5")
@@ -87,7 +87,7 @@ class RankingSOX(SOX):
             authors' code, LibAUC). The first visit of a pair sets u to the estimate (the
             algorithms start from u = 0, where ∇f is infinite), so neither divides by zero.
         metrics: logged names (default above).
-        empty_query_ndcg: what NDCG counts for a query with no relevant item (ideal DCG 0) in validation and test:
+        empty_query: what NDCG counts for a query with no relevant item (ideal DCG 0) in validation and test:
             ``"zero"`` (default, torchmetrics' convention), ``"one"`` (allRank's, the learning-to-rank harness that Qiu
             et al., ICML 2022 ran their MSLR / Yahoo experiments in) or ``"skip"`` (left out of
             the mean). MSLR-WEB30K has about 3% of such queries, so the choice moves NDCG@k by up to 0.03.
@@ -99,14 +99,14 @@ class RankingSOX(SOX):
         model: nn.Module,
         objective: FCCOObjective,
         ema_weight: float = 0.1,
-        u_for_gradient: str = "previous",
+        u_for_gradient: Literal["previous", "fresh"] = "previous",
         metrics: Sequence[str] | None = None,
-        empty_query_ndcg: str = "zero",
+        empty_query: Literal["zero", "one", "skip"] = "zero",
         **kwargs,
     ) -> None:
-        if empty_query_ndcg not in EMPTY_QUERY_POLICIES:
-            raise ValueError(f"empty_query_ndcg must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {empty_query_ndcg!r}")
-        self.empty_query_ndcg = empty_query_ndcg
+        if empty_query not in EMPTY_QUERY_POLICIES:
+            raise ValueError(f"empty_query must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {empty_query!r}")
+        self.empty_query = empty_query
         sizes = kwargs.get("data_sizes") or {}
         recommendation = "num_users" in sizes
         if metrics is None:
@@ -122,7 +122,7 @@ class RankingSOX(SOX):
 
     # ------------------------------------------------------------------ evaluation
     def build_metrics(self) -> EvaluationMetrics:
-        """NDCG@k of candidate lists (``relevance``, ``mask``) counting an empty query as ``empty_query_ndcg`` says,
+        """NDCG@k of candidate lists (``relevance``, ``mask``) counting an empty query as ``empty_query`` says,
         and, with recommendation ``data_sizes`` (``num_users``) evaluated by full ranking (no ``eval_negatives``:
         sampled candidates are lists, for the NDCG@k above), one :class:`~fccolit.metrics.FullRankingNDCGScore` for the
         full-ranking batches (``heldout_items``), logged under the same names (one ``topk`` serves every cut-off).
@@ -130,10 +130,10 @@ class RankingSOX(SOX):
         metrics = super().build_metrics()
         for _, metric in metrics.named_metrics():
             if isinstance(metric, NDCGScore):
-                metric.empty_query = self.empty_query_ndcg
+                metric.empty_query = self.empty_query
         if "num_users" in self.data_sizes and not self.data_sizes.get("eval_negatives") and self.metric_names:
             cutoffs = [_ndcg_cutoff(n, int(self.data_sizes["num_items"])) for n in self.metric_names]
-            metrics.add("full_ranking_ndcg", FullRankingNDCGScore(cutoffs, empty_query=self.empty_query_ndcg, names=self.metric_names))
+            metrics.add("full_ranking_ndcg", FullRankingNDCGScore(cutoffs, empty_query=self.empty_query, names=self.metric_names))
         return metrics
 
     def evaluation_scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -178,7 +178,7 @@ class SONG(RankingSOX):
         model: nn.Module,
         objective: FCCOObjective | None = None,
         ema_weight: float = 0.1,
-        u_for_gradient: str = "previous",
+        u_for_gradient: Literal["previous", "fresh"] = "previous",
         **kwargs,
     ) -> None:
         super().__init__(model, objective if objective is not None else NDCGSurrogate(), ema_weight, u_for_gradient, **kwargs)
@@ -228,11 +228,11 @@ class KSONG(SONG):
         model: nn.Module,
         objective: FCCOObjective | None = None,
         ema_weight: float = 0.1,
-        estimator: str = "practical",
+        estimator: Literal["practical", "theoretical"] = "practical",
         lambda_lr: float = 0.01,
         hessian_ema_weight: float = 0.9,
-        lambda_init: float | str = 0.0,
-        u_for_gradient: str = "previous",
+        lambda_init: float | Literal["solve"] = 0.0,
+        u_for_gradient: Literal["previous", "fresh"] = "previous",
         **kwargs,
     ) -> None:
         objective = objective if objective is not None else TopKNDCGSurrogate()
@@ -284,10 +284,7 @@ class KSONG(SONG):
         self.log("train/share_above_lambda", float(share.mean()), on_step=True, on_epoch=False)
         self.log("train/top_k_share", float(target.mean()), on_step=True, on_epoch=False)
 
-    def inner_estimates(
-        self, objective: FCCOObjective, scores: torch.Tensor, batch: dict[str, torch.Tensor], synced: bool,
-        previous_scores: torch.Tensor | None = None,
-    ) -> InnerBatch:
+    def inner_estimates(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
         """The threshold steps of the batch's queries (λ, and s for the theoretical estimator), then the pairs'
         estimates with the per-row context K-SONG's weights need: ``margin`` ``h_i − λ_q`` (detached) and, for the
         theoretical estimator, ``implicit_threshold`` (``λ̂_q`` written so that its gradient is ∇λ̂_q)."""
@@ -296,9 +293,13 @@ class KSONG(SONG):
         lam = self._threshold_before(query, scores.detach(), batch)
         lower = objective.lower_level(scores, batch, lam)
         self.log_threshold_share(scores.detach(), batch, lam)
-        self.threshold.update(query, (lam - self.lambda_lr * lower.grad).unsqueeze(1), ema_weight=1.0, synced=synced)
+        self.threshold.update(
+            query, (lam - self.lambda_lr * lower.grad).unsqueeze(1), ema_weight=1.0, synced=self.synced
+        )
         if self.estimator == "theoretical":
-            s = self.curvature.update(query, lower.hess.unsqueeze(1), ema_weight=self.hessian_ema_weight, synced=synced)
+            s = self.curvature.update(
+                query, lower.hess.unsqueeze(1), ema_weight=self.hessian_ema_weight, synced=self.synced
+            )
             implicit = objective.threshold_score(scores, lower.weights) / s.previous[:, 0].to(scores.dtype)
         inner = objective.inner(scores, batch)
         row = inner.context["row"]
@@ -307,11 +308,10 @@ class KSONG(SONG):
             inner.context["implicit_threshold"] = implicit.index_select(0, row)  # ∇(this) = ∇λ̂_q
         return inner
 
-    def estimator_weights(
-        self, objective: FCCOObjective, u: torch.Tensor, inner: InnerBatch
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def estimator_weights(self, u: torch.Tensor, inner: InnerBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Practical (eq. (8)): ``ψ(h_i − λ_q) ∇f(u)`` on ``ĝ``; theoretical (eq. (11)) adds the column
         ``ψ'(h_i − λ_q) f(u)`` on ``h_i − λ̂_q``."""
+        objective: TopKNDCGSurrogate = self.objective
         ctx = inner.context
         weights = objective.selector(ctx["margin"]) * objective.outer_grad(u, ctx)[:, 0]
         if "implicit_threshold" not in ctx:
@@ -320,8 +320,9 @@ class KSONG(SONG):
         return (torch.stack([weights, implicit_weight], 1),
                 torch.stack([inner.value[:, 0], ctx["anchor_score"] - ctx["implicit_threshold"]], 1))
 
-    def plug_in_estimate(self, objective: FCCOObjective, u: torch.Tensor, inner: InnerBatch) -> torch.Tensor:
+    def plug_in_estimate(self, u: torch.Tensor, inner: InnerBatch) -> torch.Tensor:
         """``ψ(h_i − λ_q) f(u_i)``: the pair's share of the top-K objective."""
+        objective: TopKNDCGSurrogate = self.objective
         return objective.selector(inner.context["margin"]) * objective.outer(u, inner.context)
 
 
@@ -344,7 +345,7 @@ class SOLC(RankingSOX):
 
     Args:
         model: see :class:`RankingSOX`.
-        objective: default :class:`~fccolit.objectives.listwise.SOLCListwiseCE` (needs ``log_inner``).
+        objective: default :class:`~fccolit.objectives.listwise.SOLCListwiseCELoss` (needs ``log_inner``).
         ema_weight: γ0 (0.1: the authors' warm-up γ0 and the best of Fig. 11's left panels).
         u_for_gradient: ``"fresh"`` (Algorithm 3, default) or ``"previous"``.
         (the rest): see :class:`RankingSOX`.
@@ -355,29 +356,27 @@ class SOLC(RankingSOX):
         model: nn.Module,
         objective: FCCOObjective | None = None,
         ema_weight: float = 0.1,
-        u_for_gradient: str = "fresh",
+        u_for_gradient: Literal["fresh", "previous"] = "fresh",
         **kwargs,
     ) -> None:
-        objective = objective if objective is not None else SOLCListwiseCE()
+        objective = objective if objective is not None else SOLCListwiseCELoss()
         if not hasattr(objective, "log_inner"):
-            raise TypeError(f"SOLC keeps ln u and needs an objective with log_inner / outer_log (SOLCListwiseCE), got "
+            raise TypeError(f"SOLC keeps ln u and needs an objective with log_inner / outer_log (SOLCListwiseCELoss), got "
                             f"{type(objective).__name__}; run SOX for the linear-state version")
         super().__init__(model, objective, ema_weight, u_for_gradient, **kwargs)
 
     def configure_state(self) -> None:
         self.state = self.make_state(1, name="log_u")
 
-    def inner_estimates(
-        self, objective: FCCOObjective, scores: torch.Tensor, batch: dict[str, torch.Tensor], synced: bool,
-        previous_scores: torch.Tensor | None = None,
-    ) -> InnerBatch:
+    def inner_estimates(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> InnerBatch:
         """``ln ĝ`` of every relevant pair (a log-sum-exp: large score gaps never overflow)."""
-        return objective.log_inner(scores, batch)
+        return self.objective.log_inner(scores, batch)
 
-    def update_state(self, state: IndexedState, inner: InnerBatch, synced: bool) -> StateUpdate:
+    def update_state(self, inner: InnerBatch) -> StateUpdate:
         """The moving average in the log domain: ``ln u ← logaddexp(ln(1 − γ0) + ln u, ln γ0 + ln ĝ)`` (first
         visit: ``ln u ← ln ĝ``)."""
         log_g = inner.value.detach()
+        state = self.state
         old = state.read(inner.index).to(log_g.dtype)
         gamma = self.ema_weight
         if gamma >= 1.0:
@@ -385,14 +384,13 @@ class SOLC(RankingSOX):
         else:
             mixed = torch.logaddexp(old + math.log1p(-gamma), log_g + math.log(gamma))
             new = torch.where(torch.isnan(old), log_g, mixed)
-        return state.update(inner.index, new, ema_weight=1.0, synced=synced)
+        return state.update(inner.index, new, ema_weight=1.0, synced=self.synced)
 
-    def estimator_weights(
-        self, objective: FCCOObjective, u: torch.Tensor, inner: InnerBatch
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def estimator_weights(self, u: torch.Tensor, inner: InnerBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """``weight`` on ``ĝ(w)/u = exp(ln ĝ(w) − ln u)`` (value 1 at u = ĝ): its gradient is ``weight/u ∇ĝ``."""
         ratio = torch.exp(inner.value[:, :1] - u[:, :1].detach().to(inner.value.dtype))
         return inner.context["weight"].reshape(-1, 1), ratio
 
-    def plug_in_estimate(self, objective: FCCOObjective, u: torch.Tensor, inner: InnerBatch) -> torch.Tensor:
-        return objective.outer_log(u.to(inner.value.dtype), inner.context)
+    def plug_in_estimate(self, u: torch.Tensor, inner: InnerBatch) -> torch.Tensor:
+        """``f(u)`` from ``ln u``: the pair's listwise cross-entropy term."""
+        return self.objective.outer_log(u.to(inner.value.dtype), inner.context)

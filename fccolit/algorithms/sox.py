@@ -9,7 +9,7 @@ batch under DDP) and every step ``t``::
     w   ← optimizer step on G                           (Momentum: v ← (1 − β) v + β G ; w ← w − η v)
 
 with γ = ``ema_weight``, ``s = n/B1`` when ``scale_by_n_over_B1`` (else 1), Ω the objective's projection box
-(:meth:`~fccolit.objectives.FCCOObjective.state_bounds`, e.g. ``AveragePrecision(project=True)``; none: no
+(:meth:`~fccolit.objectives.FCCOObjective.state_bounds`, e.g. ``AveragePrecisionSurrogate(project=True)``; none: no
 projection) and the optimizer any of :mod:`fccolit.optim`. The unsampled decay is lazy
 (:class:`~fccolit.state.IndexedState` with ``decay_unsampled=True``): a row's pending factor ``Π_s (1 − γ_s)`` is
 applied when it is next read, which equals the eager per-step decay for boxes with upper bounds ≥ 0 and
@@ -56,7 +56,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar, Iterable, Literal
 
 import torch
 from torch import nn
@@ -66,7 +66,7 @@ from fccolit._checks import check_weight as _check_weight
 from fccolit.algorithms.base import FCCOModule
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.optim import AdaptiveMomentum, Momentum
-from fccolit.state import IndexedState, StateUpdate
+from fccolit.state import StateUpdate
 
 __all__ = ["SOXFamily", "SOX", "BSGD", "SOAP", "MOAP", "MOAPV1", "MOAPV2", "ADAP"]
 
@@ -128,24 +128,22 @@ class SOXFamily(FCCOModule):
                 self.objective.inner_dim, name="u", decay_unsampled=self.decay_unsampled, initial=self.initial_state
             )
 
-    def sampled_rows(self, inner: InnerBatch, synced: bool) -> int:
+    def sampled_rows(self, inner: InnerBatch) -> int:
         """B1: the number of outer indices sampled this step, over the global batch (identical on every rank)."""
         count = inner.index.numel()
-        if synced or not distributed.is_distributed():
+        if self.synced or not distributed.is_distributed():
             return count
         total = torch.tensor([count], dtype=torch.long, device=inner.index.device)
         torch.distributed.all_reduce(total)
         return int(total.item())
 
-    def sample_scale(self, state: IndexedState, inner: InnerBatch, synced: bool) -> float:
-        """s, the factor of the new estimate: ``n/B1`` with ``scale_by_n_over_B1``, else 1."""
-        if not self.scale_by_n_over_B1:
-            return 1.0
-        return state.num_rows / self.sampled_rows(inner, synced)
-
-    def update_state(self, state: IndexedState, inner: InnerBatch, synced: bool) -> StateUpdate:
-        _check_weight("ema_weight", self.ema_weight, "γ")  # a schedule may have set it
-        return super().update_state(state, inner, synced)
+    def update_state(self, inner: InnerBatch) -> StateUpdate:
+        """The moving average ``u_i ← Π_Ω[(1 − γ) u_i + γ s ĝ_i]`` with s = ``n/B1`` when ``scale_by_n_over_B1``
+        (MOAP), else 1; γ checked every step (a schedule may set it)."""
+        _check_weight("ema_weight", self.ema_weight, "γ")
+        state = self.tracked.state
+        scale = state.num_rows / self.sampled_rows(inner) if self.scale_by_n_over_B1 else 1.0
+        return state.update(inner.index, inner.value, ema_weight=self.ema_weight, sample_scale=scale, synced=self.synced)
 
     # ------------------------------------------------------------------ optimizer
     def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
@@ -185,13 +183,13 @@ class SOX(SOXFamily):
         >>> import torch
         >>> from fccolit.algorithms import SOX
         >>> from fccolit.models import LinearScorer
-        >>> from fccolit.objectives import AveragePrecision
+        >>> from fccolit.objectives import AveragePrecisionSurrogate
         >>> from fccolit.optim import Momentum
         >>> _ = torch.manual_seed(0)
         >>> batch = {"x": torch.randn(6, 3), "y": torch.tensor([1, 0, 0, 1, 0, 0]), "index": torch.arange(6),
         ...          "pos_index": torch.tensor([0, -1, -1, 1, -1, -1])}  # row of u for each positive
         >>> sizes = {"num_samples": 6, "num_positives": 2, "num_features": 3}
-        >>> module = SOX(LinearScorer(), AveragePrecision(), ema_weight=0.5, data_sizes=sizes,
+        >>> module = SOX(LinearScorer(), AveragePrecisionSurrogate(), ema_weight=0.5, data_sizes=sizes,
         ...              optimizer=lambda params: Momentum(params, lr=1.0, momentum_weight=0.5))
         >>> module.state  # u_i: two components per positive i
         IndexedState(name=u, num_rows=2, dim=2, decay_unsampled=False, initial='first_estimate')
@@ -213,7 +211,7 @@ class SOX(SOXFamily):
         model: nn.Module,
         objective: FCCOObjective,
         ema_weight: float = 0.1,
-        u_for_gradient: str = "previous",
+        u_for_gradient: Literal["previous", "fresh"] = "previous",
         decay_unsampled: bool = False,
         scale_by_n_over_B1: bool = False,
         **kwargs: Any,
@@ -224,7 +222,7 @@ class SOX(SOXFamily):
         )
 
     #: η of the default optimizer, chosen by validation AP (``benchmarks/own_data_defaults.py``: the README's example,
-    #: ``SOX(LinearScorer(), AveragePrecision())`` for 20 epochs on scikit-learn's digits, checked on its breast
+    #: ``SOX(LinearScorer(), AveragePrecisionSurrogate())`` for 20 epochs on scikit-learn's digits, checked on its breast
     #: cancer table and with an MLP) among Momentum η ∈ {0.001, 0.01, 0.1, 1, 10} and Adam η ∈ {0.001, 0.01, 0.1}:
     #: η = 0.1 led on the digits (0.951 against 0.938) but fell 0.010 short of the best on breast cancer; η = 1 led
     #: there (0.993) and came within 0.002 of the best with the MLP (0.991). The earlier default, η = 0.001, left the model near its initial weights
@@ -318,7 +316,7 @@ class SOAP(SOXFamily):
             True, "standard Adam"; False is ADAP's uncorrected step, offered so that the two can be compared with
             the same second moment: ``benchmarks/reproduce/auprc_linear.py`` sweeps both).
         (the rest): see :class:`SOX`. Ω: SOAP's eq. (5) has no projection; an objective with Ω (e.g.
-            ``AveragePrecision(project=True)``) adds it.
+            ``AveragePrecisionSurrogate(project=True)``) adds it.
     """
 
     MODES = ("sgd", "adam", "amsgrad")
@@ -329,7 +327,7 @@ class SOAP(SOXFamily):
         model: nn.Module,
         objective: FCCOObjective,
         ema_weight: float = 0.9,
-        mode: str = "sgd",
+        mode: Literal["sgd", "adam", "amsgrad"] = "sgd",
         bias_correction: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -414,7 +412,7 @@ class ProjectedSOX(SOXFamily):
         if self.require_projection and not self.state.has_bounds:
             raise ValueError(
                 f"{type(self).__name__} projects U onto Ω (Wang et al., AISTATS 2022, Algorithms 1-3, step 5), but "
-                f"the objective {type(self.objective).__name__} defines no Ω: use AveragePrecision(project=True) (in "
+                f"the objective {type(self.objective).__name__} defines no Ω: use AveragePrecisionSurrogate(project=True) (in "
                 "YAML: objective.init_args.project: true), or pass require_projection=False to run without the "
                 "projection"
             )

@@ -17,7 +17,7 @@ from fccolit.cli import main
 from fccolit.datamodules.fairness import FairnessDataModule
 from fccolit.models import MLP, LinearScorer
 from fccolit.objectives.base import InnerBatch
-from fccolit.objectives.constrained import ROCFairnessAUC
+from fccolit.objectives.constrained import ROCFairnessAUCObjective
 from fccolit.samplers.group import GroupBatchSampler, StratifiedBatchSampler, proportional_quotas
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 def module_of(cls, normalization, **kwargs):
     torch.manual_seed(0)
-    return cls(LinearScorer(3), ROCFairnessAUC(thresholds=(-1.0, 0.0, 1.0), kappa=0.01, rho=4.0),
+    return cls(LinearScorer(3), ROCFairnessAUCObjective(thresholds=(-1.0, 0.0, 1.0), kappa=0.01, rho=4.0),
                data_sizes={"num_samples": 40}, outer_normalization=normalization, **kwargs)
 
 
@@ -44,13 +44,13 @@ def test_fixed_normalization_divides_by_every_constraint_not_the_ones_present(cl
     weight = torch.randn(3, 2, dtype=D)
     terms = (weight * inner.value).sum(-1)
     assert fixed.rows_due() == 6  # m = 2|Γ|
-    assert float(fixed.reduce_rows(fixed.surrogate_terms(weight, inner.value), True)) == pytest.approx(float(terms.sum() / 6), rel=1e-14)
-    assert float(present.reduce_rows(present.surrogate_terms(weight, inner.value), True)) == pytest.approx(float(terms.mean()), rel=1e-14)
+    assert float(fixed.reduce_rows(fixed.surrogate_terms(weight, inner.value))) == pytest.approx(float(terms.sum() / 6), rel=1e-14)
+    assert float(present.reduce_rows(present.surrogate_terms(weight, inner.value))) == pytest.approx(float(terms.mean()), rel=1e-14)
     # every constraint present: the two readings agree
     full = InnerBatch(index=torch.arange(6), value=torch.randn(6, 2, dtype=D))
     w6 = torch.randn(6, 2, dtype=D)
-    assert float(fixed.reduce_rows(fixed.surrogate_terms(w6, full.value), True)) == pytest.approx(
-        float(present.reduce_rows(present.surrogate_terms(w6, full.value), True)), rel=1e-14)
+    assert float(fixed.reduce_rows(fixed.surrogate_terms(w6, full.value))) == pytest.approx(
+        float(present.reduce_rows(present.surrogate_terms(w6, full.value))), rel=1e-14)
 
 
 def test_fixed_normalization_with_constraint_sampling_divides_by_the_rows_drawn():
@@ -66,7 +66,7 @@ def test_fixed_normalization_changes_the_step_only_when_a_constraint_is_missing(
     there (and agree on the full batch)."""
     def step(normalization, batch):
         torch.manual_seed(0)
-        module = SONX(LinearScorer(3), ROCFairnessAUC(rho=40.0, kappa=0.0), data_sizes={"num_samples": 8},
+        module = SONX(LinearScorer(3), ROCFairnessAUCObjective(rho=40.0, kappa=0.0), data_sizes={"num_samples": 8},
                       ema_weight=1.0, correction_weight=0.0, outer_normalization=normalization)
         module.double()
         module.configure_state()
@@ -157,7 +157,7 @@ def test_logger_names_the_tracked_weights_and_logs_the_kkt_multipliers(adult_fil
     data = FairnessDataModule(adult_files, "adult", batch_size=32, stratify_by_cell=True, paired=True)
     torch.manual_seed(0)
     lam = 2e-3
-    module = ALEXR2(MLP(hidden=[8]), ROCFairnessAUC(rho=10.0), data_sizes=data.sizes, lam=lam, inner_lr=1e-2,
+    module = ALEXR2(MLP(hidden=[8]), ROCFairnessAUCObjective(rho=10.0), data_sizes=data.sizes, lam=lam, inner_lr=1e-2,
                     inner_steps=3, outer_normalization="fixed")
     logger_cb = ConstraintViolationLogger(stages=("train", "val"))
     quiet = ConstraintViolationLogger(stages=("val",), legacy_multiplier_tags=False, log_kkt_multipliers=False)

@@ -18,7 +18,7 @@ from fccolit.data import TensorDictDataset
 from fccolit.datamodules.base import FCCODataModule
 from fccolit.models import MLP, LinearScorer
 from fccolit.objectives.base import InnerBatch
-from fccolit.objectives.constrained import ConstrainedObjective, GroupDROCVaR, ROCFairnessAUC
+from fccolit.objectives.constrained import ConstrainedObjective, GroupDROCVaRLoss, ROCFairnessAUCObjective
 from fccolit.objectives.nonsmooth import GapPenalty, Hinge, SmoothedHinge, SquaredHinge, make_penalty
 from fccolit.optim import Momentum
 from fccolit.samplers.base import RankAwareBatchSampler
@@ -183,17 +183,17 @@ def flat_grad(module, loss):
 def median_group_loss(batch):
     torch.manual_seed(0)
     model = LinearScorer(batch["x"].shape[1]).double()
-    _, means = GroupDROCVaR().group_means(model(batch["x"]), batch)
+    _, means = GroupDROCVaRLoss().group_means(model(batch["x"]), batch)
     return float(means.detach().median())
 
 
 CASES = {
     # GDRO-CVaR with s at the median group loss: groups on both sides of the hinge's kink
-    "gdro_hinge_smoothed": lambda b: (LinearScorer(), GroupDROCVaR(ratio=0.25, init_threshold=median_group_loss(b)), 0.05),
+    "gdro_hinge_smoothed": lambda b: (LinearScorer(), GroupDROCVaRLoss(ratio=0.25, init_threshold=median_group_loss(b)), 0.05),
     # gaps |g_1 − g_2| of this model are 0.0012 … 0.0029: with κ = 0.002 and 2λρ = 8e-4 rows are feasible, in the
     # quadratic and in the linear part of the Huber penalty
-    "roc_hinge_smoothed": lambda b: (MLP(hidden=[6, 5]), ROCFairnessAUC(thresholds=(-1, 0, 1), kappa=0.002, rho=8.0), 5e-5),
-    "roc_squared_hinge_unsmoothed": lambda b: (MLP(hidden=[6]), ROCFairnessAUC(kappa=0.0, penalty="squared_hinge", rho=50.0), 0.0),
+    "roc_hinge_smoothed": lambda b: (MLP(hidden=[6, 5]), ROCFairnessAUCObjective(thresholds=(-1, 0, 1), kappa=0.002, rho=8.0), 5e-5),
+    "roc_squared_hinge_unsmoothed": lambda b: (MLP(hidden=[6]), ROCFairnessAUCObjective(kappa=0.0, penalty="squared_hinge", rho=50.0), 0.0),
 }
 
 
@@ -225,7 +225,7 @@ def test_msvr_with_gamma_prime_one_minus_gamma_tracks_g_exactly():
     """Full participation, deterministic g: u_{t+1} = (1−γ)g(w_{t−1}) + γg(w_t) + (1−γ)(g(w_t) − g(w_{t−1})) = g(w_t)."""
     batch = fairness_batch()
     for gamma, prime, exact in [(0.3, 0.7, True), (0.3, 0.0, False)]:
-        module = build(SONEX, MLP(hidden=[6]), ROCFairnessAUC(rho=5.0), batch, seed=1, lam=0.01,
+        module = build(SONEX, MLP(hidden=[6]), ROCFairnessAUCObjective(rho=5.0), batch, seed=1, lam=0.01,
                        ema_weight=gamma, correction_weight=prime)
         params = [p for _, p in module.trainable()]
         errors, inner_values = [], []
@@ -249,7 +249,7 @@ def test_msvr_with_gamma_prime_one_minus_gamma_tracks_g_exactly():
 def test_msvr_update_uses_the_same_batch_at_the_previous_parameters():
     batch = fairness_batch(seed=3)
     gamma, prime = 0.5, 0.2
-    module = build(SONEX, MLP(hidden=[5]), ROCFairnessAUC(rho=5.0), batch, lam=0.01, ema_weight=gamma, correction_weight=prime)
+    module = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch, lam=0.01, ema_weight=gamma, correction_weight=prime)
     params = [p for _, p in module.trainable()]
     module.compositional_loss(module(batch), batch)  # first visit at w_0
     w0 = [p.detach().clone() for p in params]
@@ -269,7 +269,7 @@ def test_msvr_update_uses_the_same_batch_at_the_previous_parameters():
 
 def test_constraint_sampling_leaves_the_other_rows_bit_identical():
     batch = fairness_batch()
-    module = build(SONEX, MLP(hidden=[5]), ROCFairnessAUC(rho=5.0), batch, lam=0.01, constraints_per_step=4, sample_seed=7)
+    module = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch, lam=0.01, constraints_per_step=4, sample_seed=7)
     seen = []
     for _ in range(5):
         before = module.state.value.clone()
@@ -281,7 +281,7 @@ def test_constraint_sampling_leaves_the_other_rows_bit_identical():
         assert int(changed.sum()) == 4
         seen.append(changed.nonzero().flatten().tolist())
     assert len({tuple(s) for s in seen}) > 1  # different constraints at different steps
-    again = build(SONEX, MLP(hidden=[5]), ROCFairnessAUC(rho=5.0), batch, lam=0.01, constraints_per_step=4, sample_seed=7)
+    again = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch, lam=0.01, constraints_per_step=4, sample_seed=7)
     before = again.state.value.clone()
     again.compositional_loss(again(batch), batch)
     assert (~(before.nan_to_num(1.0) == again.state.value.nan_to_num(1.0)).all(-1)).nonzero().flatten().tolist() == seen[0]
@@ -295,8 +295,8 @@ def test_theoretical_correction_weight():
 # ---------------------------------------------------------------------- presets reduce to SONEX / SOX
 def test_sonx_is_sonex_without_smoothing():
     batch = fairness_batch()
-    a = build(SONX, MLP(hidden=[5]), ROCFairnessAUC(rho=5.0), batch)
-    b = build(SONEX, MLP(hidden=[5]), ROCFairnessAUC(rho=5.0), batch, lam=0.0)
+    a = build(SONX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch)
+    b = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch, lam=0.0)
     for _ in range(3):
         ga = flat_grad(a, a.compositional_loss(a(batch), batch)[0])
         gb = flat_grad(b, b.compositional_loss(b(batch), batch)[0])
@@ -308,9 +308,9 @@ def test_sonx_is_sonex_without_smoothing():
 
 def test_penalty_sox_is_sox_plus_the_direct_term():
     batch = fairness_batch()
-    objective = ROCFairnessAUC(penalty="squared_hinge", rho=40.0)
+    objective = ROCFairnessAUCObjective(penalty="squared_hinge", rho=40.0)
     a = build(PenaltySOX, MLP(hidden=[5]), objective, batch, ema_weight=0.4)
-    b = build(SOX, MLP(hidden=[5]), ROCFairnessAUC(penalty="squared_hinge", rho=40.0), batch, ema_weight=0.4)
+    b = build(SOX, MLP(hidden=[5]), ROCFairnessAUCObjective(penalty="squared_hinge", rho=40.0), batch, ema_weight=0.4)
     assert a.previous is None  # no MSVR correction, no copy of the weights
     for _ in range(3):
         ga = flat_grad(a, a.compositional_loss(a(batch), batch)[0])
@@ -324,13 +324,13 @@ def test_smoothing_in_the_algorithm_equals_the_smoothed_hinge_penalty():
     g-space envelope with λ is the h-space one with 2λ."""
     batch = fairness_batch()
     lam = 0.003
-    a = build(SONEX, MLP(hidden=[5]), ROCFairnessAUC(kappa=0.0, rho=6.0), batch, lam=lam)
-    b = build(SONEX, MLP(hidden=[5]), ROCFairnessAUC(kappa=0.0, rho=6.0, penalty="smoothed_hinge", lam=2 * lam), batch, lam=0.0)
+    a = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(kappa=0.0, rho=6.0), batch, lam=lam)
+    b = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(kappa=0.0, rho=6.0, penalty="smoothed_hinge", smoothing=2 * lam), batch, lam=0.0)
     for _ in range(3):
         ga = flat_grad(a, a.compositional_loss(a(batch), batch)[0])
         gb = flat_grad(b, b.compositional_loss(b(batch), batch)[0])
         assert torch.allclose(ga, gb, rtol=1e-12, atol=1e-15)
-    toy_a, toy_b = ToyProblem("hinge", 5.0), ToyProblem("smoothed_hinge", 5.0, lam=0.1)
+    toy_a, toy_b = ToyProblem("hinge", 5.0), ToyProblem("smoothed_hinge", 5.0, smoothing=0.1)
     u = torch.linspace(-1, 1, 101, dtype=D).unsqueeze(-1)
     assert torch.equal(toy_a.smoothed_outer_grad(u, 0.1, {}), toy_b.outer_grad(u, {}))
 
@@ -481,11 +481,11 @@ def test_alexr2_dual_step_equals_the_bregman_argmax(case):
     gamma_hat, theta, lam = 0.6, 0.3, 0.05
     if case == "gdro":
         batch = gdro_batch()
-        module = build(ALEXR2, LinearScorer(), GroupDROCVaR(ratio=0.5, init_threshold=median_group_loss(batch)), batch,
+        module = build(ALEXR2, LinearScorer(), GroupDROCVaRLoss(ratio=0.5, init_threshold=median_group_loss(batch)), batch,
                        lam=lam, ema_weight=gamma_hat, extrapolation=theta, independent_batches=False)
     else:
         batch = fairness_batch()
-        module = build(ALEXR2, MLP(hidden=[5]), ROCFairnessAUC(kappa=0.02, rho=3.0), batch,
+        module = build(ALEXR2, MLP(hidden=[5]), ROCFairnessAUCObjective(kappa=0.02, rho=3.0), batch,
                        lam=lam, ema_weight=gamma_hat, extrapolation=theta, independent_batches=False)
     params = [p for _, p in module.trainable()]
     module.anchor.copy_from(params)
@@ -496,10 +496,13 @@ def test_alexr2_dual_step_equals_the_bregman_argmax(case):
         g_old = module.inner_at(module.inner_previous, module.scores_at(module.inner_previous, batch, False), batch)
         u_k = g_now.value + 0.3 * torch.randn_like(g_now.value)  # a stale dual state
         module.state.value.index_copy_(0, g_now.index, u_k)
-    values, record = module.dual_update(batch)
+    with torch.no_grad():
+        scores = module(batch)
+    module.compositional_loss(scores, batch, batch)  # the dual step on B (the gradient half B̃ = B here)
+    current = module.state.read(g_now.index)
     g_tilde = g_now.value + theta * (g_now.value - g_old.value)
-    assert torch.allclose(record.current, (1 - gamma_hat) * u_k + gamma_hat * g_tilde, rtol=1e-12, atol=1e-14)
-    y = module.outer_weight(record.current, {})
+    assert torch.allclose(current, (1 - gamma_hat) * u_k + gamma_hat * g_tilde, rtol=1e-12, atol=1e-14)
+    y = module.outer_weight(current, {})
     gamma = module.dual_step
     assert gamma == pytest.approx(gamma_hat / (1 - gamma_hat))
     for i in range(y.shape[0]):
@@ -554,7 +557,7 @@ class Distances(Callback):
 def test_alexr2_inner_loop_converges_to_the_prox_point_of_a_reference_solver():
     batch = gdro_batch(n_groups=5, per_group=16, d=3, seed=2)
     lam, nu = 0.05, 0.5
-    module = build(ALEXR2, LinearScorer(), GroupDROCVaR(ratio=0.4, init_threshold=median_group_loss(batch)), batch,
+    module = build(ALEXR2, LinearScorer(), GroupDROCVaRLoss(ratio=0.4, init_threshold=median_group_loss(batch)), batch,
                    lam=lam, nu=nu, inner_lr=0.2, inner_steps=10**6, ema_weight=0.8, extrapolation=0.125,
                    independent_batches=False)
     w = [p.detach().clone() for _, p in module.trainable()]
@@ -580,7 +583,7 @@ class RecordingALEXR2(ALEXR2):
 def test_alexr2_outer_step_is_momentum_on_w_minus_z_over_nu_without_beta():
     batch = gdro_batch(seed=4)
     alpha, beta, nu, K = 0.3, 0.25, 0.2, 3
-    module = build(RecordingALEXR2, LinearScorer(), GroupDROCVaR(ratio=0.5), batch, lam=0.05, nu=nu, inner_steps=K,
+    module = build(RecordingALEXR2, LinearScorer(), GroupDROCVaRLoss(ratio=0.5), batch, lam=0.05, nu=nu, inner_steps=K,
                    independent_batches=False, optimizer=lambda p: Momentum(p, lr=alpha, momentum_weight=beta))
     trainer = fit(module, batch, K)
     assert trainer.global_step == K  # one counted step per batch (inner step)
@@ -596,7 +599,7 @@ def test_alexr2_outer_step_is_momentum_on_w_minus_z_over_nu_without_beta():
 
 def test_alexr2_evaluates_the_anchor_mid_loop():
     batch = gdro_batch(seed=5)
-    module = build(ALEXR2, LinearScorer(), GroupDROCVaR(ratio=0.5), batch, lam=0.05, inner_steps=5, independent_batches=False)
+    module = build(ALEXR2, LinearScorer(), GroupDROCVaRLoss(ratio=0.5), batch, lam=0.05, inner_steps=5, independent_batches=False)
     fit(module, batch, 7)  # 1 outer step and 2 inner steps of the next loop
     assert int(module.inner_step) == 2
     module.eval()
@@ -621,13 +624,13 @@ def test_alexr2_solves_the_toy_problem():
 def test_bad_arguments_are_clear_errors():
     batch = fairness_batch()
     with pytest.raises(TypeError, match="needs\\s+its prox"):
-        from fccolit.objectives.ap import AveragePrecision
+        from fccolit.objectives.ap import AveragePrecisionSurrogate
 
-        SONEX(LinearScorer(), AveragePrecision(), data_sizes={"num_samples": 3, "num_positives": 1}, lam=0.1)
+        SONEX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes={"num_samples": 3, "num_positives": 1}, lam=0.1)
     with pytest.raises(ValueError, match="ema_weight"):
-        build(SONEX, MLP(hidden=[3]), ROCFairnessAUC(), batch, ema_weight=0.0)
+        build(SONEX, MLP(hidden=[3]), ROCFairnessAUCObjective(), batch, ema_weight=0.0)
     with pytest.raises(ValueError, match="inner_steps"):
-        build(ALEXR2, MLP(hidden=[3]), ROCFairnessAUC(), batch, inner_steps=0)
-    module = build(ALEXR2, MLP(hidden=[3]), ROCFairnessAUC(), batch)
+        build(ALEXR2, MLP(hidden=[3]), ROCFairnessAUCObjective(), batch, inner_steps=0)
+    module = build(ALEXR2, MLP(hidden=[3]), ROCFairnessAUCObjective(), batch)
     with pytest.raises(ValueError, match="even per-device batch"):
         module.split_batch({k: v[:7] for k, v in batch.items()})

@@ -19,7 +19,7 @@ from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
 from fccolit.metrics.functional import ndcg_at_k
 from fccolit.models.ltr import ListMLP
 from fccolit.models.neumf import NeuMF
-from fccolit.objectives.listwise import SOLCListwiseCE
+from fccolit.objectives.listwise import SOLCListwiseCELoss
 from fccolit.objectives.ndcg import NDCGSurrogate, TopKNDCGSurrogate
 from fccolit.optim import Momentum
 
@@ -201,7 +201,7 @@ def test_song_with_momentum_is_algorithm_1(ltr):
 # ------------------------------------------------------------------------------------------------ K-SONG
 def ksong_at_optimum(ltr, estimator, alpha=2.0, selector="sigmoid"):
     sizes, batch = ltr
-    objective = TopKNDCGSurrogate(top_k=3, tau1=0.1, tau2=0.01, selector_alpha=alpha, selector=selector)
+    objective = TopKNDCGSurrogate(top_k=3, threshold_smoothing=0.1, threshold_regularization=0.01, selector_slope=alpha, selector=selector)
     module = make(KSONG, sizes, objective, ema_weight=1.0, estimator=estimator)
     with torch.no_grad():  # λ at the lower-level optimum; s and u are set exactly by their first visits
         module.threshold.value[batch["query"], 0] = objective.solve_threshold(module(batch), batch)
@@ -251,13 +251,13 @@ def test_constant_selector_reduces_ksong_to_song_with_the_top_k_ideal_dcg(ltr):
     song = make(SONG, sizes, ema_weight=1.0)
     expected = grads(song, song.compositional_loss(song(as_song), as_song)[0])
     for estimator in ("practical", "theoretical"):  # α = 0: ψ ≡ 1/2 and ψ' ≡ 0
-        module = make(KSONG, sizes, TopKNDCGSurrogate(top_k=3, selector_alpha=0.0), ema_weight=1.0, estimator=estimator)
+        module = make(KSONG, sizes, TopKNDCGSurrogate(top_k=3, selector_slope=0.0), ema_weight=1.0, estimator=estimator)
         assert torch.allclose(grads(module, module.compositional_loss(module(batch), batch)[0]), 0.5 * expected, rtol=1e-12)
 
 
 def test_threshold_takes_one_sgd_step_and_curvature_is_a_moving_average(ltr):
     sizes, batch = ltr
-    objective = TopKNDCGSurrogate(top_k=3, tau1=0.1, tau2=0.01)
+    objective = TopKNDCGSurrogate(top_k=3, threshold_smoothing=0.1, threshold_regularization=0.01)
     module = make(KSONG, sizes, objective, estimator="theoretical", lambda_lr=0.05, hessian_ema_weight=0.25, lambda_init=0.3)
     q = batch["query"]
     scores = module(batch).detach()
@@ -277,7 +277,7 @@ def test_threshold_takes_one_sgd_step_and_curvature_is_a_moving_average(ltr):
 
 def test_threshold_converges_between_the_kth_and_k_plus_1th_scores(ltr):
     sizes, batch = ltr
-    module = make(KSONG, sizes, TopKNDCGSurrogate(top_k=3, tau1=1e-3, tau2=1e-4), lambda_lr=0.05)
+    module = make(KSONG, sizes, TopKNDCGSurrogate(top_k=3, threshold_smoothing=1e-3, threshold_regularization=1e-4), lambda_lr=0.05)
     scores = torch.randn(batch["pair_index"].shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     for _ in range(2000):
         module.compositional_loss(scores, batch)
@@ -285,7 +285,7 @@ def test_threshold_converges_between_the_kth_and_k_plus_1th_scores(ltr):
     top = torch.where(batch["mask"], scores, torch.full_like(scores, -math.inf)).sort(1, descending=True).values
     assert bool((top[:, 3] < lam).all()) and bool((lam < top[:, 2]).all())
     solve = module(batch)  # lambda_init="solve": the first visit starts at the batch's optimum
-    fresh = make(KSONG, sizes, TopKNDCGSurrogate(top_k=3, tau1=1e-3, tau2=1e-4), lambda_init="solve")
+    fresh = make(KSONG, sizes, TopKNDCGSurrogate(top_k=3, threshold_smoothing=1e-3, threshold_regularization=1e-4), lambda_init="solve")
     lam_hat = fresh.objective.solve_threshold(solve.detach(), batch)
     grad = fresh.objective.lower_level(solve.detach(), batch, lam_hat).grad
     fresh.compositional_loss(solve, batch)
@@ -335,7 +335,7 @@ def test_solc_query_mean_weights_every_user_equally_as_algorithm_3(rec):
     """normalization="query_mean": the mean over users of each user's mean over its sampled relevant items
     (Algorithm 3), not weighted by the number of items the user rated as "per_query" is."""
     sizes, batches = rec
-    module = make(SOLC, sizes, SOLCListwiseCE(normalization="query_mean"),
+    module = make(SOLC, sizes, SOLCListwiseCELoss(normalization="query_mean"),
                   model=NeuMF(embedding_dim=4, layers=[4], dropout=0.0), ema_weight=1.0)
     batch = batches[0]
     assert len(set(batch["num_relevant"].tolist())) > 1  # users differ in their numbers of relevant items
@@ -356,7 +356,7 @@ def test_solc_query_mean_weights_every_user_equally_as_algorithm_3(rec):
 def test_solc_log_state_is_the_moving_average_of_sox(rec):
     sizes, batches = rec
     solc = make(SOLC, sizes, model=NeuMF(embedding_dim=4, layers=[4], dropout=0.0), ema_weight=0.3)
-    sox = make(SOX, sizes, SOLCListwiseCE(), model=NeuMF(embedding_dim=4, layers=[4], dropout=0.0), ema_weight=0.3,
+    sox = make(SOX, sizes, SOLCListwiseCELoss(), model=NeuMF(embedding_dim=4, layers=[4], dropout=0.0), ema_weight=0.3,
                u_for_gradient="fresh")
     for batch in batches + batches[:2]:  # revisits some pairs
         a = grads(solc, solc.compositional_loss(solc(batch), batch)[0])
@@ -441,7 +441,7 @@ def test_ksong_logs_the_share_above_lambda_and_a_solved_start_tracks_the_top_k(t
         seed_everything(0)
         dm = SyntheticRankingDataModule(num_queries=40, num_items=150, num_positives=5, num_negatives=60,
                                         queries_per_batch=40, top_k=10)
-        module = KSONG(NeuMF(embedding_dim=8, layers=[8], dropout=0.0), TopKNDCGSurrogate(top_k=10, tau1=1e-6, tau2=1e-9),
+        module = KSONG(NeuMF(embedding_dim=8, layers=[8], dropout=0.0), TopKNDCGSurrogate(top_k=10, threshold_smoothing=1e-6, threshold_regularization=1e-9),
                        lambda_init=init, data_sizes=dm.sizes, metrics=["ndcg@10"])
         trainer = fit(module, dm, tmp_path, max_steps=1, log_every_n_steps=1, limit_val_batches=0)
         metrics = trainer.callback_metrics
@@ -451,17 +451,17 @@ def test_ksong_logs_the_share_above_lambda_and_a_solved_start_tracks_the_top_k(t
 
 
 @pytest.mark.parametrize("policy, expected", [("zero", 0.0), ("one", 1.0)])
-def test_empty_query_ndcg_policy_reaches_the_logged_ndcg(ltr, policy, expected):
-    """A query without relevant documents counts as ``empty_query_ndcg`` says (allRank's harness counts it as 1)."""
+def test_empty_query_policy_reaches_the_logged_ndcg(ltr, policy, expected):
+    """A query without relevant documents counts as ``empty_query`` says (allRank's harness counts it as 1)."""
     sizes, batch = ltr
-    module = make(SONG, sizes, empty_query_ndcg=policy, metrics=["ndcg@3"])
+    module = make(SONG, sizes, empty_query=policy, metrics=["ndcg@3"])
     first = {k: v[:1] for k, v in batch.items()}
     first["relevance"] = torch.zeros_like(first["relevance"])  # no relevant document
     with torch.no_grad():
         module._eval_step("val", first)
     assert float(module.metrics["val"]["ndcg_at_3"].compute()) == expected
-    with pytest.raises(ValueError, match="empty_query_ndcg"):
-        make(SONG, sizes, empty_query_ndcg="ignore")
+    with pytest.raises(ValueError, match="empty_query"):
+        make(SONG, sizes, empty_query="ignore")
 
 
 # ------------------------------------------------------------------------------------------------ callbacks
@@ -564,14 +564,14 @@ def test_warmup_builds_another_algorithm_and_objective_from_their_config(ltr):
     sizes, batch = ltr
     module = make(SONG, sizes)
     warmup = WarmUp(epochs=1, algorithm="fccolit.algorithms.sox.SOX", algorithm_args={
-        "objective": {"class_path": "fccolit.objectives.listwise.SOLCListwiseCE", "init_args": {"list_size_weight": False}},
+        "objective": {"class_path": "fccolit.objectives.listwise.SOLCListwiseCELoss", "init_args": {"list_size_weight": False}},
         "ema_weight": 0.5, "u_for_gradient": "fresh"})
     warmup.setup(None, module, "fit")
     algo = warmup.algorithm
-    assert type(algo) is SOX and isinstance(algo.objective, SOLCListwiseCE) and not algo.objective.list_size_weight
+    assert type(algo) is SOX and isinstance(algo.objective, SOLCListwiseCELoss) and not algo.objective.list_size_weight
     assert algo.model is module.model and algo.ema_weight == 0.5 and algo.state.value.dtype == torch.float64
     assert algo.state is not module.state
-    true = grads(module, SOLCListwiseCE(list_size_weight=False).exact_value(module(batch), batch))
+    true = grads(module, SOLCListwiseCELoss(list_size_weight=False).exact_value(module(batch), batch))
     loss, _ = algo.compositional_loss(module(batch), batch)  # first visit, γ irrelevant: the exact gradient
     assert torch.allclose(grads(module, loss), true, rtol=1e-10)
 
