@@ -76,12 +76,17 @@ def _binary_positives(dataset: Dataset) -> int | None:
 class FCCODataModule(LightningDataModule):
     """Base DataModule.
 
-    Subclasses fill :attr:`sizes` in ``__init__`` (cheaply: from generated data or a metadata cache), so the
-    CLI can link them to the model before ``setup`` (``data_sizes`` of the algorithm: state rows, input widths),
-    and implement :meth:`build_train_sampler` plus the ``*_dataset`` attributes in ``setup``.
+    Subclasses give :attr:`sizes` before ``setup``, so the CLI can link them to the model (``data_sizes`` of the
+    algorithm: state rows, input widths): set in ``__init__`` when they are cheap (generated data, a metadata
+    cache), or computed on first use by :meth:`read_data` (the HF DataModules: their constructors only store
+    their arguments). They implement :meth:`build_train_sampler` plus the ``*_dataset`` attributes in ``setup``.
 
     The training sampler's position is saved in checkpoints (:meth:`state_dict`), so a run resumed from a
     checkpoint written mid-epoch continues with exactly the batches the interrupted run would have seen.
+
+    Args:
+        num_workers: DataLoader worker processes (0: batches are built in the main process).
+        eval_batch_size: rows (or queries) per evaluation batch.
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
@@ -147,6 +152,22 @@ class FCCODataModule(LightningDataModule):
         self.cache_uses = []
 
     # ------------------------------------------------------------------ what the data is
+    @property
+    def sizes(self) -> dict[str, int]:
+        """What the model needs to know of the data (the algorithm's ``data_sizes``), e.g. ``{"num_samples": 512,
+        "num_positives": 64, "num_negatives": 448, "num_features": 10}``; reads the data first when the DataModule
+        reads it on first use (:meth:`read_data`)."""
+        self.read_data()
+        return self._sizes
+
+    @sizes.setter
+    def sizes(self, sizes: dict[str, int]) -> None:
+        self._sizes = sizes
+
+    def read_data(self) -> None:
+        """Read what :attr:`sizes` and ``setup`` need, once (nothing here: a DataModule that reads its data on
+        first use overrides it)."""
+
     def summary(self) -> str:
         """One line saying what was loaded: each split's size in :attr:`summary_unit` (with its positives when
         the split's labels ``y`` are one binary column), and each cache entry read (hit) or written (miss), e.g.

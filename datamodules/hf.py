@@ -47,6 +47,7 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
+from fccolit._checks import check_choice
 from fccolit.datasets.hf import (
     ArrowRowsDataset, binary_labels, hold_out, select_rows, split_features, without_inputs,
 )
@@ -74,16 +75,109 @@ def split_sources(origins: dict[str, str]) -> dict[str, str]:
     return {s: origins.get(s) or f"held out of {origins['train']}" for s in _SPLITS}
 
 
-class ScaledFeatures:
-    """What the DataModules with feature columns share about ``feature_scaling``: the statistics of the training
-    split (:attr:`feature_scaler`, a :class:`~fccolit.datasets.scaling.FeatureScaler`) in the checkpoint beside the
-    base class's state, restored from it, and rank 0's under DDP. A subclass fits :attr:`feature_scaler` in
-    ``__init__``, calls :meth:`share_feature_scaling` at the end of ``setup`` and implements
-    :meth:`apply_feature_scaler` (make the datasets use the current :attr:`feature_scaler`)."""
+class HFTable:
+    """What the four HF DataModules share about their source: the data set, read on first use.
 
-    #: the configured ``feature_scaling``; None when the data has no feature columns (images)
-    feature_scaling: str | None = None
-    feature_scaler: FeatureScaler | None = None
+    The constructor only stores the arguments; the table is read (converted to Arrow in ``datasets``' cache the
+    first time, memory-mapped after) by :meth:`read_data`, on the first of :attr:`sizes` (the ``fccolit`` command
+    links them to the model), ``setup`` or an attribute that reading sets (:attr:`data_attributes`), so an error in
+    the data (a missing file, a column with NaN) is raised there.
+
+    Args:
+        dataset: a data file or folder, a ``save_to_disk`` folder, a Hub name, or a ``datasets.Dataset`` /
+            ``DatasetDict`` (:func:`fccolit.io.hf.load_hf_dataset`).
+        config_name: the Hub configuration (subset) of a Hub data set.
+        cache_dir: ``datasets``' cache for converted files and Hub downloads (None: its default).
+    """
+
+    #: the attributes that :meth:`read_data` sets: reading one of them first reads the data
+    data_attributes: tuple[str, ...] = ()
+
+    def __init__(self, dataset: Any, config_name: str | None = None, cache_dir: str | os.PathLike | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.dataset, self.config_name, self.cache_dir = dataset, config_name, cache_dir
+        self._data_read = False
+
+    def read_data(self) -> None:
+        """Read the table and compute everything :attr:`sizes` and ``setup`` need, once."""
+        if self.__dict__.get("_data_read", True):
+            return
+        self._data_read = True  # while reading, what it has set is there (sizes read back by _set_sizes)
+        try:
+            self._read_data()
+        except BaseException:
+            self._data_read = False  # the next use tries again (and raises again)
+            raise
+
+    def _read_data(self) -> None:
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        if name in type(self).data_attributes and not self.__dict__.get("_data_read", True):
+            self.read_data()
+            return getattr(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+class HFSplits(HFTable):
+    """The splits of a HF DataModule with training, validation and test splits (module docstring).
+
+    Args:
+        train_split: the split that trains.
+        val_split: the validation split (None: ``validation``, ``valid``, ``val`` or ``dev`` when present).
+        test_split: the test split (None: ``test`` when present).
+        val_fraction: the share of the training split's rows held out for validation when there is no
+            validation split.
+        test_fraction: likewise for a missing test split.
+    """
+
+    def __init__(self, dataset: Any, train_split: str = "train", val_split: str | None = None,
+                 test_split: str | None = None, val_fraction: float = 0.1, test_fraction: float = 0.1,
+                 **kwargs: Any) -> None:
+        super().__init__(dataset, **kwargs)
+        self.train_split, self.val_split, self.test_split = train_split, val_split, test_split
+        self.val_fraction, self.test_fraction = val_fraction, test_fraction
+
+    def read_splits(self, columns: list[str], **checks: Any) -> tuple[dict[str, Any], str, dict[str, str]]:
+        """The tables of the three splits (None where held out) as :func:`~fccolit.io.hf.read_tables` reads them,
+        the data set's name for messages and each split's source (:meth:`split_source`)."""
+        tables, where, origins = read_tables(self.dataset, self.config_name, self.cache_dir, self.train_split,
+                                             self.val_split, self.test_split, columns, **checks)
+        self._sources = split_sources(origins)
+        return tables, where, origins
+
+    def hold_out(self, tables: dict[str, Any], strata: np.ndarray, **kwargs: Any) -> tuple[dict[str, Any], dict]:
+        """:func:`~fccolit.datasets.hf.hold_out` with this DataModule's fractions and seed: :attr:`tables` set,
+        and each split's row positions."""
+        self.tables, positions = hold_out(tables, strata, self.val_fraction, self.test_fraction, self.seed, **kwargs)
+        return self.tables, positions
+
+    def split_source(self, split: str) -> str | None:
+        """The split's file, or the file it was held out of."""
+        return self._sources[split]
+
+
+class ScaledFeatures:
+    """What the DataModules with feature columns share about ``feature_scaling``.
+
+    The statistics of the training split (:attr:`feature_scaler`, a :class:`~fccolit.datasets.scaling.FeatureScaler`)
+    are in the checkpoint beside the base class's state, restored from it, and rank 0's under DDP. A subclass fits
+    :attr:`feature_scaler` when it reads its data, calls :meth:`share_feature_scaling` at the end of ``setup`` and
+    implements :meth:`apply_feature_scaler` (make the datasets use the current :attr:`feature_scaler`).
+
+    Args:
+        feature_scaling: ``"standard"`` (default: zero mean, unit variance), ``"minmax"`` ([0, 1]) or ``"none"``,
+            with the training split's statistics (module docstring).
+
+    Raises:
+        ValueError: ``feature_scaling`` is none of those.
+    """
+
+    def __init__(self, feature_scaling: FeatureScaling = "standard", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: the configured ``feature_scaling``; None when the data has no feature columns (images)
+        self.feature_scaling: str | None = check_scaling(type(self).__name__, feature_scaling)
 
     def apply_feature_scaler(self) -> None:
         """Make the datasets built so far use :attr:`feature_scaler` (called when it changes after ``setup``)."""
@@ -139,10 +233,11 @@ class ScaledFeatures:
 
 
 # ------------------------------------------------------------------------------------------- classification
-class HFClassificationDataModule(ScaledFeatures, FCCODataModule):
+class HFClassificationDataModule(HFSplits, ScaledFeatures, FCCODataModule):
     """Binary or multi-label classification on a ``datasets`` table.
 
-    See the module docstring for the sources, the cache and the splits.
+    See the module docstring for the sources, the cache and the splits; the table is read on first use
+    (:class:`HFTable`), not by the constructor.
 
     * **binary** (``label`` one column of two values): batch fields ``x``, ``y`` ``[B]`` long in {0, 1}, ``index``
       (row in its split), ``pos_index`` / ``neg_index`` (row among the split's positives / negatives, −1
@@ -158,31 +253,48 @@ class HFClassificationDataModule(ScaledFeatures, FCCODataModule):
 
     ``x`` is ``[B, D]`` float32 from ``features`` (scalar columns, or a list column), scaled by
     ``feature_scaling`` (module docstring), or ``[B, C, H, W]`` from an ``image`` column
-    (:class:`~fccolit.datasets.hf.ArrowRowsDataset`).
+    (:class:`~fccolit.datasets.hf.ArrowRowsDataset`); images are normalized by ``image_mean`` / ``image_std``
+    instead of ``feature_scaling``.
 
     Args:
-        dataset: a data file or folder, a ``save_to_disk`` folder, a Hub name, or a ``datasets.Dataset`` /
-            ``DatasetDict`` (:func:`fccolit.io.hf.load_hf_dataset`).
+        dataset: the data set (:class:`HFTable`).
         label: the label column (binary), or the label columns / one list column (multi-label).
         features: the input columns (exclusive with ``image``).
         image: an image column.
-        feature_scaling: ``"standard"`` (default: zero mean, unit variance), ``"minmax"`` ([0, 1]) or ``"none"``,
-            with the training split's statistics (module docstring); images are normalized by ``image_mean`` /
-            ``image_std`` instead.
         positive_label: the raw value of the positive class (binary; None: the larger of the two values).
-        train_split, val_split, test_split, val_fraction, test_fraction: the splits (module docstring).
         batch_size: global training batch size.
         num_positives: positives per batch (binary) or per task of a batch (multi-label; None: half a task's block).
         num_batches: training batches per epoch (None: a pass over the negatives (binary) or the rows).
         anchor_sampling: binary: ``"permutation"`` or ``"with_replacement"`` (:class:`~fccolit.samplers.DualSampler`).
         tasks_per_batch: multi-label K (None: the largest divisor of ``batch_size`` up to the number of tasks).
         augment: images: random crop and flip of training batches.
-        image_mean, image_std: images: per-channel normalization of [0, 1] pixels.
+        image_mean: images: per-channel mean of [0, 1] pixels, subtracted.
+        image_std: images: per-channel standard deviation of [0, 1] pixels, divided by.
         seed: seeds the held-out splits and the sampler.
-        config_name: the Hub configuration (subset) of a Hub data set.
-        cache_dir: ``datasets``' cache for converted files and Hub downloads (None: its default).
-        num_workers, eval_batch_size: DataLoader workers and evaluation batch size.
+        **kwargs: the splits (:class:`HFSplits`: ``train_split``, ``val_split``, ``test_split``, ``val_fraction``,
+            ``test_fraction``), the source (:class:`HFTable`: ``config_name``, ``cache_dir``), ``feature_scaling``
+            (:class:`ScaledFeatures`), ``num_workers`` and ``eval_batch_size``.
+
+    Raises:
+        ValueError: both or neither of ``features`` and ``image`` are given, or ``feature_scaling`` is unknown (by
+            the constructor); when the data is read: a missing column, a label column without exactly two values
+            (binary), non-finite features, a training split without both classes (the message names the file, row
+            and column).
+        FileNotFoundError: ``dataset`` looks like a path and nothing is there (when the data is read).
+
+    Example:
+        >>> import datasets
+        >>> table = datasets.Dataset.from_dict({"x": [float(i) for i in range(20)], "y": [0, 1] * 10})
+        >>> data = HFClassificationDataModule(table, label="y", features="x", val_fraction=0.25, test_fraction=0.25)
+        >>> data.sizes  # the table is read here, on first use
+        {'num_samples': 10, 'num_positives': 5, 'num_negatives': 5, 'num_features': 1}
+        >>> data.setup("fit")
+        >>> sorted(data.train_dataset.__getitems__([0]))
+        ['index', 'neg_index', 'pos_index', 'x', 'y']
     """
+
+    data_attributes = ("tables", "labels", "label_values", "multilabel", "label_columns", "feature_scaler",
+                       "_sources")
 
     def __init__(
         self,
@@ -190,13 +302,7 @@ class HFClassificationDataModule(ScaledFeatures, FCCODataModule):
         label: str | list[str],
         features: str | list[str] | None = None,
         image: str | None = None,
-        feature_scaling: FeatureScaling = "standard",
         positive_label: Any = None,
-        train_split: str = "train",
-        val_split: str | None = None,
-        test_split: str | None = None,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.1,
         batch_size: int = 64,
         num_positives: int | None = 16,
         num_batches: int | None = None,
@@ -206,43 +312,37 @@ class HFClassificationDataModule(ScaledFeatures, FCCODataModule):
         image_mean: tuple[float, ...] = IMAGENET_MEAN,
         image_std: tuple[float, ...] = IMAGENET_STD,
         seed: int = 0,
-        config_name: str | None = None,
-        cache_dir: str | os.PathLike | None = None,
-        num_workers: int = 0,
-        eval_batch_size: int = 1024,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
-        self.features, self.image = as_list(features), image
+        super().__init__(dataset, **kwargs)
+        self.label, self.features, self.image, self.positive_label = label, as_list(features), image, positive_label
         if bool(self.features) == (image is not None):
             raise ValueError("HFClassificationDataModule: give the input as either features= (columns) or image= (a column)")
-        check_scaling(type(self).__name__, feature_scaling)
         self.batch_size, self.num_batches, self.anchor_sampling, self.seed = batch_size, num_batches, anchor_sampling, seed
         self.num_positives, self.tasks_per_batch = num_positives, tasks_per_batch
         self.augment, self.image_mean, self.image_std = augment, tuple(image_mean), tuple(image_std)
-        labels = as_list(label)
-        tables, where, origins = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
-                                    labels + self.features + as_list(image), finite=self.features, same_length=labels)
+        if not self.features:
+            self.feature_scaling = None  # images: normalized by image_mean / image_std
+
+    def _read_data(self) -> None:
+        labels = as_list(self.label)
+        tables, where, _ = self.read_splits(labels + self.features + as_list(self.image), finite=self.features,
+                                            same_length=labels)
         self.multilabel = len(labels) > 1 or column(tables["train"].select(range(1)), labels[0]).ndim == 2
         self.label_columns = labels
-
         if self.multilabel:
             read = {s: self._label_matrix(t) for s, t in tables.items() if t is not None}
             strata = np.zeros(len(tables["train"]), dtype=np.int64)
         else:
             raw = {s: column(t, labels[0]) for s, t in tables.items() if t is not None}
-            read, self.label_values = binary_labels(raw, positive_label, f"{where}, column {labels[0]!r}")
+            read, self.label_values = binary_labels(raw, self.positive_label, f"{where}, column {labels[0]!r}")
             strata = read["train"].numpy()
-        self._sources = split_sources(origins)
-        self.tables, positions = hold_out(tables, strata, val_fraction, test_fraction, seed)
+        _, positions = self.hold_out(tables, strata)
         self.labels = select_rows(read, positions)
-        self.sizes = self._sizes()
+        self.sizes = self._sizes_of_labels()
+        self.feature_scaler = None
         if self.features:
-            self.feature_scaling = feature_scaling
-            self.feature_scaler = FeatureScaler.fit(feature_scaling, self._rows("train", {}).feature_chunks())
-
-    def split_source(self, split: str) -> str | None:
-        """The split's file, or the file it was held out of."""
-        return self._sources[split]
+            self.feature_scaler = FeatureScaler.fit(self.feature_scaling, self._rows("train", {}).feature_chunks())
 
     def _label_matrix(self, table: Any) -> torch.Tensor:
         """``[N, T]`` long: 1, 0, or −1 (any other value or a null inside a list column: unlabeled)."""
@@ -255,7 +355,7 @@ class HFClassificationDataModule(ScaledFeatures, FCCODataModule):
         values = np.asarray(values, dtype=np.float64)
         return torch.from_numpy(np.where(values == 1, 1, np.where(values == 0, 0, -1)).astype(np.int64))
 
-    def _sizes(self) -> dict[str, int]:
+    def _sizes_of_labels(self) -> dict[str, int]:
         width = {"num_features": feature_width(self.tables["train"], self.features)} if self.features else {}
         y = self.labels["train"]
         if self.multilabel:
@@ -274,6 +374,7 @@ class HFClassificationDataModule(ScaledFeatures, FCCODataModule):
         return {"y": y, "index": torch.arange(y.shape[0])} if self.multilabel else without_inputs(y)
 
     def setup(self, stage: str | None = None) -> None:
+        self.read_data()
         train = self._rows("train", self._fields("train"), augment=self.augment)
         self.train_dataset = MultiLabelPairDataset(train, self.labels["train"]) if self.multilabel else train
         self.val_dataset = self._rows("val", self._fields("val"))
@@ -300,7 +401,7 @@ class HFClassificationDataModule(ScaledFeatures, FCCODataModule):
 
 
 # -------------------------------------------------------------------------------------------------- grouped
-class HFGroupedDataModule(ScaledFeatures, GroupedDataModule):
+class HFGroupedDataModule(HFSplits, ScaledFeatures, GroupedDataModule):
     """Binary classification with a group column (group DRO, ROC-fairness constraints) on a ``datasets`` table.
 
     Batch fields: ``x`` ``[B, D]`` float32 (``features``, scaled by ``feature_scaling``), ``y``, ``index``, ``pos_index``, ``neg_index``
@@ -308,15 +409,34 @@ class HFGroupedDataModule(ScaledFeatures, GroupedDataModule):
     ``group`` column of the training split in increasing order: :attr:`group_values`). Training batches as
     :class:`~fccolit.datamodules.grouped.GroupedDataModule` (B1 groups × B2 rows, or shuffled / stratified by
     (group, label) cell). Held-out splits are stratified by that cell. Sizes: ``num_samples``, ``num_positives``,
-    ``num_negatives``, ``num_features``, ``num_groups``.
+    ``num_negatives``, ``num_features``, ``num_groups``. The table is read on first use (:class:`HFTable`).
 
     Args:
-        dataset, features, feature_scaling, positive_label, train_split, val_split, test_split, val_fraction,
-            test_fraction, config_name, cache_dir: as :class:`HFClassificationDataModule`.
+        dataset: the data set (:class:`HFTable`).
+        features: the input columns.
         label: the binary label column.
         group: the group column (any values: numbers, strings, booleans).
-        (the rest): see :class:`~fccolit.datamodules.grouped.GroupedDataModule`.
+        positive_label: the raw value of the positive class (None: the larger of the two values).
+        **kwargs: the splits (:class:`HFSplits`), the source (:class:`HFTable`: ``config_name``, ``cache_dir``),
+            ``feature_scaling`` (:class:`ScaledFeatures`) and the batches (``batch_size``, ``groups_per_batch``,
+            ``samples_per_group``, ``paired``, ``stratify_by_cell``, ``num_batches``, ``seed``, ``num_workers``,
+            ``eval_batch_size``: :class:`~fccolit.datamodules.grouped.GroupedDataModule`).
+
+    Raises:
+        ValueError: when the data is read: a label column without exactly two values, an evaluation split with a
+            group the training split does not have, non-finite features, a missing column.
+
+    Example:
+        >>> import datasets
+        >>> table = datasets.Dataset.from_dict({"x": [float(i) for i in range(16)], "y": [0, 1] * 8,
+        ...                                     "g": ["a", "a", "b", "b"] * 4})
+        >>> data = HFGroupedDataModule(table, features="x", label="y", group="g", val_fraction=0.25,
+        ...                            test_fraction=0.25, batch_size=4)
+        >>> data.sizes["num_groups"], data.group_values.tolist()
+        (2, ['a', 'b'])
     """
+
+    data_attributes = ("tables", "label_values", "group_values", "feature_scaler", "_sources")
 
     def __init__(
         self,
@@ -324,36 +444,17 @@ class HFGroupedDataModule(ScaledFeatures, GroupedDataModule):
         features: str | list[str],
         label: str,
         group: str,
-        feature_scaling: FeatureScaling = "standard",
         positive_label: Any = None,
-        train_split: str = "train",
-        val_split: str | None = None,
-        test_split: str | None = None,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.1,
-        batch_size: int = 128,
-        groups_per_batch: int | None = None,
-        samples_per_group: int = 32,
-        paired: bool = False,
-        stratify_by_cell: bool = False,
-        num_batches: int | None = None,
-        seed: int = 0,
-        config_name: str | None = None,
-        cache_dir: str | os.PathLike | None = None,
-        num_workers: int = 0,
-        eval_batch_size: int = 1024,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size, groups_per_batch=groups_per_batch, samples_per_group=samples_per_group,
-            paired=paired, num_batches=num_batches, seed=seed, num_workers=num_workers, eval_batch_size=eval_batch_size,
-            stratify_by_cell=stratify_by_cell,
-        )
-        self.features = as_list(features)
-        self.feature_scaling = check_scaling(type(self).__name__, feature_scaling)
-        tables, where, origins = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
-                                    [label, group, *self.features], finite=self.features)
+        super().__init__(dataset, **kwargs)
+        self.features, self.label, self.group, self.positive_label = as_list(features), label, group, positive_label
+
+    def _read_data(self) -> None:
+        label, group = self.label, self.group
+        tables, where, _ = self.read_splits([label, group, *self.features], finite=self.features)
         raw = {s: column(t, label) for s, t in tables.items() if t is not None}
-        y, self.label_values = binary_labels(raw, positive_label, f"{where}, column {label!r}")
+        y, self.label_values = binary_labels(raw, self.positive_label, f"{where}, column {label!r}")
         groups = {s: column(t, group) for s, t in tables.items() if t is not None}
         self.group_values = np.unique(groups["train"])
         for split, values in groups.items():
@@ -362,9 +463,7 @@ class HFGroupedDataModule(ScaledFeatures, GroupedDataModule):
                 raise ValueError(f"{where}, column {group!r}: the {split} split has groups {unknown[:5].tolist()} "
                                  "that the training split does not have")
         codes = {s: torch.from_numpy(np.searchsorted(self.group_values, v).astype(np.int64)) for s, v in groups.items()}
-        self._sources = split_sources(origins)
-        self.tables, positions = hold_out(tables, (2 * codes["train"] + y["train"]).numpy(), val_fraction,
-                                          test_fraction, seed)
+        _, positions = self.hold_out(tables, (2 * codes["train"] + y["train"]).numpy())
         y, codes = select_rows(y, positions), select_rows(codes, positions)
         self._splits = {s: {**without_inputs(y[s]), "group": codes[s]} for s in _SPLITS}
         train_y = self._splits["train"]["y"]
@@ -374,13 +473,10 @@ class HFGroupedDataModule(ScaledFeatures, GroupedDataModule):
             "num_features": feature_width(self.tables["train"], self.features), "num_groups": len(self.group_values),
         }
         self.feature_scaler = FeatureScaler.fit(
-            feature_scaling, ArrowRowsDataset(self.tables["train"], {}, self.features).feature_chunks())
-
-    def split_source(self, split: str) -> str | None:
-        """The split's file, or the file it was held out of."""
-        return self._sources[split]
+            self.feature_scaling, ArrowRowsDataset(self.tables["train"], {}, self.features).feature_chunks())
 
     def setup(self, stage: str | None = None) -> None:
+        self.read_data()
         self.train_dataset, self.val_dataset, self.test_dataset = (
             ArrowRowsDataset(self.tables[s], self._splits[s], self.features, scaler=self.feature_scaler)
             for s in _SPLITS
@@ -394,7 +490,7 @@ class HFGroupedDataModule(ScaledFeatures, GroupedDataModule):
 
 
 # -------------------------------------------------------------------------------------------------- ranking
-class HFRankingDataModule(ScaledFeatures, RankingDataModule):
+class HFRankingDataModule(HFSplits, ScaledFeatures, RankingDataModule):
     """Learning to rank on a ``datasets`` table of documents, as MSLR-WEB or Yahoo! LTR saved as Parquet.
 
     One row per (query, document) with a query column, feature columns and a graded relevance column (``y ≥ 0``,
@@ -406,18 +502,45 @@ class HFRankingDataModule(ScaledFeatures, RankingDataModule):
     a :class:`~fccolit.samplers.ranking.QueryBatchSampler`), whole lists at evaluation
     (:class:`~fccolit.datasets.letor.ListEvalDataset`). A query's documents need not be adjacent in the table.
     Held-out splits take whole queries (``val_fraction`` / ``test_fraction`` of the training split's queries).
-    The columns are read into memory (features as float32, scaled by ``feature_scaling`` with the training
-    split's statistics; module docstring). Sizes: ``num_queries`` (training queries), ``num_features``,
-    ``num_pairs`` (relevant training documents: SONG's state rows), and ``top_k`` when set.
+    The columns are read into memory on first use (:class:`HFTable`; features as float32, scaled by
+    ``feature_scaling`` with the training split's statistics; module docstring). Sizes: ``num_queries`` (training
+    queries), ``num_features``, ``num_pairs`` (relevant training documents: SONG's state rows), and ``top_k`` when
+    set.
 
     Args:
-        dataset, features, feature_scaling, train_split, val_split, test_split, val_fraction, test_fraction,
-            config_name, cache_dir: as :class:`HFClassificationDataModule`.
+        dataset: the data set (:class:`HFTable`).
         query: the query id column (any values).
+        features: the feature columns (scalar columns, or one list column).
         relevance: the relevance label column.
-        slate_length, num_positives, queries_per_batch, num_batches, top_k, empty_queries, seed, num_workers,
-            eval_batch_size: as :class:`~fccolit.datamodules.MSLRDataModule`.
+        slate_length: documents per training slate.
+        num_positives: relevant documents drawn first into a slate.
+        queries_per_batch: queries (slates) per training batch.
+        num_batches: training batches per epoch (None: a pass over the queries with a relevant document).
+        top_k: K of the batches' ``ideal_dcg_at_k`` (None: no cut-off).
+        empty_queries: ``"keep"`` or ``"drop"`` queries without a relevant document from evaluation.
+        seed: seeds the held-out splits and the sampler.
+        num_workers: DataLoader workers.
+        eval_batch_size: queries per evaluation batch.
+        **kwargs: the splits (:class:`HFSplits`), the source (:class:`HFTable`: ``config_name``, ``cache_dir``) and
+            ``feature_scaling`` (:class:`ScaledFeatures`).
+
+    Raises:
+        ValueError: ``slate_length`` < 1 or an unknown ``empty_queries`` (by the constructor); when the data is
+            read: a relevance label that is not a grade 0..24, non-finite features, a split without documents, no
+            relevant training document.
+
+    Example:
+        >>> import datasets
+        >>> table = datasets.Dataset.from_dict({"q": [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4], "x": [0.5, 1.0, 2.0] * 4,
+        ...                                     "rel": [0, 1, 2] * 4})
+        >>> data = HFRankingDataModule(table, query="q", features="x", relevance="rel", val_fraction=0.25,
+        ...                            test_fraction=0.25, slate_length=3, num_positives=1, queries_per_batch=1)
+        >>> data.sizes
+        {'num_queries': 2, 'num_features': 1, 'num_pairs': 4}
     """
+
+    data_attributes = ("tables", "lists", "pairs", "_document_order", "feature_scaler", "num_queries",
+                       "num_features", "num_pairs")
 
     def __init__(
         self,
@@ -425,12 +548,6 @@ class HFRankingDataModule(ScaledFeatures, RankingDataModule):
         query: str,
         features: str | list[str],
         relevance: str,
-        feature_scaling: FeatureScaling = "standard",
-        train_split: str = "train",
-        val_split: str | None = None,
-        test_split: str | None = None,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.1,
         slate_length: int = 100,
         num_positives: int = 10,
         queries_per_batch: int = 64,
@@ -438,25 +555,26 @@ class HFRankingDataModule(ScaledFeatures, RankingDataModule):
         top_k: int | None = None,
         empty_queries: Literal["keep", "drop"] = "keep",
         seed: int = 0,
-        config_name: str | None = None,
-        cache_dir: str | os.PathLike | None = None,
         num_workers: int = 0,
         eval_batch_size: int = 64,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(queries_per_batch, num_positives, num_batches, top_k, seed, num_workers, eval_batch_size, None)
-        if empty_queries not in ("keep", "drop"):
-            raise ValueError(f"empty_queries must be 'keep' or 'drop', got {empty_queries!r}")
+        super().__init__(dataset, queries_per_batch=queries_per_batch, num_positives=num_positives,
+                         num_batches=num_batches, top_k=top_k, seed=seed, num_workers=num_workers,
+                         eval_batch_size=eval_batch_size, **kwargs)
+        check_choice("empty_queries", empty_queries, ("keep", "drop"))
         if int(slate_length) < 1:
             raise ValueError(f"slate_length must be positive, got {slate_length}")
         self.slate_length, self.empty_queries_policy = int(slate_length), empty_queries
-        self.features = as_list(features)
-        self.feature_scaling = check_scaling(type(self).__name__, feature_scaling)
-        tables, where, origins = read_tables(dataset, config_name, cache_dir, train_split, val_split, test_split,
-                                    [query, relevance, *self.features], finite=self.features, grades=relevance)
-        queries = {s: column(t, query) for s, t in tables.items() if t is not None}
+        self.query, self.features, self.relevance = query, as_list(features), relevance
+
+    def _read_data(self) -> None:
+        relevance = self.relevance
+        tables, where, _ = self.read_splits([self.query, relevance, *self.features], finite=self.features,
+                                            grades=relevance)
+        queries = {s: column(t, self.query) for s, t in tables.items() if t is not None}
         distinct, units = np.unique(queries["train"], return_inverse=True)  # whole queries are held out
-        self.tables, positions = hold_out(tables, np.zeros(distinct.size, np.int64), val_fraction, test_fraction,
-                                          seed, units=units.reshape(-1))
+        _, positions = self.hold_out(tables, np.zeros(distinct.size, np.int64), units=units.reshape(-1))
         queries = select_rows(queries, positions)
         self.lists, self._document_order = {}, {}
         for split in _SPLITS:  # the training split first: its features give the scaling statistics
@@ -467,7 +585,7 @@ class HFRankingDataModule(ScaledFeatures, RankingDataModule):
             x = self._raw_features(split)
             if split == "train":
                 self.feature_scaler = FeatureScaler.fit(
-                    feature_scaling, (x[i : i + 16384] for i in range(0, x.shape[0], 16384)))
+                    self.feature_scaling, (x[i : i + 16384] for i in range(0, x.shape[0], 16384)))
             self.lists[split] = {"features": self.feature_scaler.transform_numpy(x), "relevance": rel[order],
                                  "indptr": indptr, "qid": qids}
             if indptr.size <= 1:
@@ -502,6 +620,7 @@ class HFRankingDataModule(ScaledFeatures, RankingDataModule):
         return ListEvalDataset(lists["features"], lists["relevance"], lists["indptr"], queries)
 
     def setup(self, stage: str | None = None) -> None:
+        self.read_data()
         self._build_datasets()
         self.share_feature_scaling()
 
@@ -513,7 +632,7 @@ class HFRankingDataModule(ScaledFeatures, RankingDataModule):
         self.val_dataset, self.test_dataset = self._eval_dataset("val"), self._eval_dataset("test")
 
 
-class HFRecommendationDataModule(RecommendationDataModule):
+class HFRecommendationDataModule(HFTable, RecommendationDataModule):
     """Recommendation from a ``datasets`` table of interactions, as MovieLens' ``ratings.csv`` saved as Parquet.
 
     One row per (user, item) with a rating (and optionally a time).
@@ -522,19 +641,38 @@ class HFRecommendationDataModule(RecommendationDataModule):
     split by time (``protocol``), relevance, training lists of P relevant and M unrated items per user
     (:class:`~fccolit.samplers.ranking.QueryBatchSampler`), full-ranking or sampled-candidate evaluation, and its
     sizes (``num_users``, ``num_items``, ``num_queries``, ``num_pairs``). Only ``split`` of the data set is read
-    (the protocol makes the evaluation splits). Users and items may have any ids (numbers or strings):
-    :attr:`user_ids` and :attr:`item_ids` give the raw id of each index. Without a ``time`` column a user's rows
-    are in table order (the last ones are held out). The split arrays are built in memory at every construction
+    (the protocol makes the evaluation splits), on first use (:class:`HFTable`). Users and items may have any ids
+    (numbers or strings): :attr:`user_ids` and :attr:`item_ids` give the raw id of each index. Without a ``time``
+    column a user's rows are in table order (the last ones are held out). The split arrays are built in memory
     (no on-disk cache beyond ``datasets``' table).
 
     Args:
-        dataset, config_name, cache_dir: as :class:`HFClassificationDataModule`.
-        user, item, rating: the columns (rating: a number; ``relevance`` says how it becomes a relevance).
+        dataset: the data set (:class:`HFTable`).
+        user: the user id column.
+        item: the item id column.
+        rating: the rating column (a number; ``relevance`` says how it becomes a relevance).
         time: a time column (numbers or timestamps), None: table order.
         split: the data set's split holding the interactions.
-        **kwargs: :class:`~fccolit.datamodules.RecommendationDataModule`'s arguments (``protocol``,
-            ``num_negatives``, ``queries_per_batch``, ...).
+        **kwargs: the source (:class:`HFTable`: ``config_name``, ``cache_dir``) and
+            :class:`~fccolit.datamodules.RecommendationDataModule`'s arguments (``protocol``, ``num_negatives``,
+            ``queries_per_batch``, ...).
+
+    Raises:
+        ValueError: when the data is read: a missing or non-finite rating or time, a missing column, no relevant
+            training (user, item) pair.
+
+    Example:
+        >>> import datasets
+        >>> table = datasets.Dataset.from_dict({"user": ["u1"] * 4 + ["u2"] * 4, "item": list("abcdabce"),
+        ...                                     "rating": [5.0, 4.0, 3.0, 5.0, 1.0, 5.0, 4.0, 2.0]})
+        >>> data = HFRecommendationDataModule(table, user="user", item="item", rating="rating", num_negatives=2)
+        >>> data.sizes["num_users"], data.item_ids.tolist()
+        (2, ['a', 'b', 'c', 'd', 'e'])
     """
+
+    data_attributes = ("_user_values", "_item_values", "_arrays", "num_test", "num_val", "eval_negatives",
+                       "num_negatives", "num_ratings", "num_duplicates", "num_dropped_users", "num_users",
+                       "num_items", "num_queries", "num_pairs")
 
     def __init__(
         self,
@@ -544,13 +682,15 @@ class HFRecommendationDataModule(RecommendationDataModule):
         rating: str,
         time: str | None = None,
         split: str = "train",
-        config_name: str | None = None,
-        cache_dir: str | os.PathLike | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        tables, where, origins = read_tables(dataset, config_name, cache_dir, split, None, None,
-                                    [user, item, rating, *as_list(time)], finite=[rating, *as_list(time)])
+        super().__init__(dataset, **kwargs)
+        self.user, self.item, self.rating, self.time, self.split = user, item, rating, time, split
+
+    def _read_data(self) -> None:
+        user, item, rating, time = self.user, self.item, self.rating, self.time
+        tables, where, _ = read_tables(self.dataset, self.config_name, self.cache_dir, self.split, None, None,
+                                       [user, item, rating, *as_list(time)], finite=[rating, *as_list(time)])
         table = tables["train"]
         self._user_values, users = np.unique(column(table, user), return_inverse=True)
         self._item_values, items = np.unique(column(table, item), return_inverse=True)
@@ -558,6 +698,10 @@ class HFRecommendationDataModule(RecommendationDataModule):
         ratings = Ratings(users.astype(np.int64), items.astype(np.int64), column(table, rating).astype(np.float32),
                           times)
         self._load(Path("."), [Path(f"{where}, column {rating!r}")], lambda: ratings, "hf")
+
+    def setup(self, stage: str | None = None) -> None:
+        self.read_data()
+        super().setup(stage)
 
     def _cached(self, root: Path, files: Sequence[Path], options: Mapping[str, Any], prefix: str,
                 build: Callable[[], Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:

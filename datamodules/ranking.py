@@ -58,7 +58,7 @@ class RankingDataModule(FCCODataModule):
         seed: int,
         num_workers: int,
         eval_batch_size: int,
-        cache_dir: str | os.PathLike | None,
+        cache_dir: str | os.PathLike | None = None,
     ) -> None:
         super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
         if int(queries_per_batch) < 1:

@@ -23,6 +23,8 @@ DOCTESTED = {
     "fccolit.metrics.figures": ["figure_writer", "thin", "render", "log_curve_figures", "log_constraint_figure"],
     "fccolit.optim": ["Momentum", "LazyAdam"],
     "fccolit._checks": ["check_weight", "check_choice"],
+    "fccolit.datamodules.hf": ["HFClassificationDataModule", "HFGroupedDataModule", "HFRankingDataModule",
+                               "HFRecommendationDataModule"],
     "fccolit.metrics.base": ["BatchMetric", "per_task_names", "EvaluationMetrics"],
 }
 

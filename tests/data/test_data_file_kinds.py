@@ -43,7 +43,8 @@ def _adult(root: Path, tmp_path: Path):
 def _hf(root: Path, tmp_path: Path):
     write_binary_parquet(root / "train.parquet", num_rows=100)
     return root / "table.parquet", lambda: HFClassificationDataModule(root / "table.parquet", label="label",
-                                                                       features="features", cache_dir=tmp_path / "hf")
+                                                                       features="features",
+                                                                       cache_dir=tmp_path / "hf").sizes  # read on use
 
 
 @pytest.mark.parametrize("make", [_libsvm, _movielens, _mslr, _adult, _hf], ids=lambda f: f.__name__.strip("_"))

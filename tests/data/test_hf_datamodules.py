@@ -238,7 +238,7 @@ def test_a_group_missing_from_training_is_an_error(tmp_path):
         "test": datasets.Dataset.from_dict({"x": [0.0, 1.0], "y": [0, 1], "g": ["a", "c"]}),
     })
     with pytest.raises(ValueError, match=r"column 'g': the test split has groups \['c'\]"):
-        HFGroupedDataModule(table, features="x", label="y", group="g", val_fraction=0.0)
+        HFGroupedDataModule(table, features="x", label="y", group="g", val_fraction=0.0).sizes  # the data is read on first use
 
 
 # -------------------------------------------------------------------------------------------- ranking
@@ -316,20 +316,20 @@ def test_sox_and_multilabel_adap_train_on_the_parquet_datamodules(binary_file, t
 def test_bad_input_names_the_source_the_split_and_the_column(tmp_path, binary_file):
     with pytest.raises(ValueError, match=r"a9a\.parquet' \(train split\): no column 'lable'; the columns are "
                                          r"\['features', 'label'\]"):
-        HFClassificationDataModule(binary_file, label="lable", features="features", cache_dir=tmp_path / "hf")
+        HFClassificationDataModule(binary_file, label="lable", features="features", cache_dir=tmp_path / "hf").sizes  # the data is read on first use
     with pytest.raises(ValueError, match=r"positive_label=2 is not one of the labels \[-1, 1\]"):
         HFClassificationDataModule(binary_file, label="label", features="features", positive_label=2,
-                                   cache_dir=tmp_path / "hf")
+                                   cache_dir=tmp_path / "hf").sizes  # the data is read on first use
     three = datasets.Dataset.from_dict({"x": [0.0, 1.0, 2.0], "y": [0, 1, 2]})
     with pytest.raises(ValueError, match=r"column 'y': a binary label column needs exactly two values .* found 3"):
-        HFClassificationDataModule(three, label="y", features="x")
+        HFClassificationDataModule(three, label="y", features="x").sizes  # the data is read on first use
     holes = datasets.Dataset.from_dict({"x": [0.0, None, 2.0, 3.0], "y": [0, 1, 0, 1]})
     with pytest.raises(ValueError, match=r"column 'x' has 1 missing values"):
-        HFClassificationDataModule(holes, label="y", features="x")
+        HFClassificationDataModule(holes, label="y", features="x").sizes  # the data is read on first use
     with pytest.raises(ValueError, match=r"no split 'dev' \(val_split\); the splits are \['train'\]"):
-        HFClassificationDataModule(three, label="y", features="x", val_split="dev")
+        HFClassificationDataModule(three, label="y", features="x", val_split="dev").sizes  # the data is read on first use
     with pytest.raises(FileNotFoundError, match=r"no data file or folder at .*missing\.parquet"):
-        HFClassificationDataModule(tmp_path / "missing.parquet", label="y", features="x")
+        HFClassificationDataModule(tmp_path / "missing.parquet", label="y", features="x").sizes  # the data is read on first use
     with pytest.raises(ValueError, match=r"'no-such-user/no-such-set' is neither a local file or folder nor a "
                                          r"loadable Hub data set"):
         load_hf_dataset("no-such-user/no-such-set", cache_dir=tmp_path / "hf")
@@ -339,7 +339,7 @@ def test_bad_input_names_the_source_the_split_and_the_column(tmp_path, binary_fi
                                          r"finite and >= 0 integers up to 24"):
         HFRankingDataModule(datasets.Dataset.from_dict({"q": [1, 1, 2, 2], "x": [0.0] * 4, "rel": [1.0, -1.0, 0, 1]}),
                             query="q", features="x", relevance="rel", val_fraction=0.0, test_fraction=0.0,
-                            test_split="train")
+                            test_split="train").sizes  # the data is read on first use
 
 
 # ------------------------------------------------------------------------- the a9a command of the binary config

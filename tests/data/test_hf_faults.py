@@ -88,7 +88,7 @@ def test_a_csv_changed_to_one_class_is_refused_not_trained_on_its_old_rows(tmp_p
     _keep_size_and_mtime(path, lambda p: p.write_text(p.read_text().replace(",1\n", ",0\n")))
     with pytest.raises(ValueError, match=r"column 'label': a binary label column needs exactly two values in the "
                                          r"training split, found 1: 0"):
-        _binary(path, cache, features=["a", "b"])
+        _binary(path, cache, features=["a", "b"]).sizes  # the data is read on first use
 
 
 def test_a_folder_is_keyed_by_every_split_file(tmp_path):
@@ -119,7 +119,7 @@ def test_an_infinite_feature_in_a_validation_file_names_the_file_row_and_column(
     with pytest.raises(ValueError, match=r"validation\.parquet' row 17, column 'features': value 3 of its list is inf, "
                                          r"not a finite number \(NaN, infinite or missing values in 1 row of 60\); model "
                                          r"inputs must be finite"):
-        _binary(folder, tmp_path / "hf")
+        _binary(folder, tmp_path / "hf").sizes  # the data is read on first use
 
 
 def test_a_nan_or_inf_in_a_csv_feature_column_is_named(tmp_path):
@@ -128,7 +128,7 @@ def test_a_nan_or_inf_in_a_csv_feature_column_is_named(tmp_path):
     lines[1 + 23] = "inf,4,0"
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=r"table\.csv' row 23, column 'x0': inf, not a finite number"):
-        _binary(path, tmp_path / "hf", features=["x0", "x1"])
+        _binary(path, tmp_path / "hf", features=["x0", "x1"]).sizes  # the data is read on first use
 
 
 def test_a_nan_in_ranking_features_names_the_file_row_and_column(tmp_path):
@@ -137,7 +137,7 @@ def test_a_nan_in_ranking_features_names_the_file_row_and_column(tmp_path):
     frame.at[7, "features"] = np.where(np.arange(12) == 5, np.nan, frame.at[7, "features"]).astype(np.float32)
     pq.write_table(_features_table(frame, 12), path)
     with pytest.raises(ValueError, match=r"ltr\.parquet' row 7, column 'features': value 5 of its list is nan"):
-        _ltr(path, tmp_path / "hf")
+        _ltr(path, tmp_path / "hf").sizes  # the data is read on first use
 
 
 def test_rows_are_those_of_the_given_dataset_after_a_select(tmp_path):
@@ -145,7 +145,7 @@ def test_rows_are_those_of_the_given_dataset_after_a_select(tmp_path):
     x[2] = np.nan
     table = datasets.Dataset.from_dict({"x": x.tolist(), "y": [i % 2 for i in range(10)]}).select([5, 9, 2, 0])
     with pytest.raises(ValueError, match=r"the given Dataset \(train split\) row 2, column 'x': nan, not a finite"):
-        HFClassificationDataModule(table, label="y", features="x")
+        HFClassificationDataModule(table, label="y", features="x").sizes  # the data is read on first use
 
 
 def test_a_missing_rating_is_named_with_its_row(tmp_path):
@@ -156,7 +156,7 @@ def test_a_missing_rating_is_named_with_its_row(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=r"column 'rating' has 1 missing values, the first in row 11; fill or drop"):
         HFRecommendationDataModule(path, user="userId", item="movieId", rating="rating", time="timestamp",
-                                   cache_dir=tmp_path / "hf", num_negatives=5)
+                                   cache_dir=tmp_path / "hf", num_negatives=5).sizes  # the data is read on first use
 
 
 # --------------------------------------------------------------------------------- item 11: relevance grades
@@ -168,7 +168,7 @@ def test_a_relevance_outside_the_grades_names_the_file_row_and_column(tmp_path, 
     frame.to_parquet(path, index=False)
     with pytest.raises(ValueError, match=rf"ltr\.parquet' row 9, column 'relevance': relevance {shown} is not a grade; "
                                          rf"relevance labels must be finite and >= 0 integers up to {MAX_RELEVANCE}"):
-        _ltr(path, tmp_path / "hf")
+        _ltr(path, tmp_path / "hf").sizes  # the data is read on first use
 
 
 def test_the_largest_grade_is_accepted_and_its_gain_is_exact_in_float32(tmp_path):
@@ -191,17 +191,17 @@ def test_an_empty_parquet_file_is_named(tmp_path):
     pd.DataFrame({"features": pd.Series([], dtype=object), "label": pd.Series([], dtype=int)}).to_parquet(path)
     with pytest.raises(ValueError, match=r"empty\.parquet: the Parquet file holds no rows \(only its columns "
                                          r"\['features', 'label'\]\)"):
-        _binary(path, tmp_path / "hf")
+        _binary(path, tmp_path / "hf").sizes  # the data is read on first use
 
 
 def test_a_header_only_csv_is_named(tmp_path):
     path = tmp_path / "header.csv"
     path.write_text("a,b,label\n")
     with pytest.raises(ValueError, match=r"header\.csv: the CSV file has a header line and no rows"):
-        _binary(path, tmp_path / "hf", features=["a", "b"])
+        _binary(path, tmp_path / "hf", features=["a", "b"]).sizes  # the data is read on first use
     path.write_text("")
     with pytest.raises(ValueError, match=r"header\.csv: the file is empty"):
-        _binary(path, tmp_path / "hf", features=["a", "b"])
+        _binary(path, tmp_path / "hf", features=["a", "b"]).sizes  # the data is read on first use
 
 
 def test_a_junk_parquet_file_in_a_folder_is_named(tmp_path):
@@ -209,16 +209,16 @@ def test_a_junk_parquet_file_in_a_folder_is_named(tmp_path):
     write_binary_parquet(folder / "train.parquet", num_rows=100)
     (folder / "test.parquet").write_bytes(np.random.default_rng(0).bytes(4096))
     with pytest.raises(ValueError, match=r"data/test\.parquet: not a Parquet file, or a damaged one \(ArrowInvalid: "):
-        _binary(folder, tmp_path / "hf")
+        _binary(folder, tmp_path / "hf").sizes  # the data is read on first use
 
 
 def test_a_damaged_arrow_or_json_file_is_named(tmp_path):
     (tmp_path / "table.arrow").write_bytes(np.random.default_rng(1).bytes(3000))
     with pytest.raises(ValueError, match=r"table\.arrow: datasets could not read it as ARROW data \(ArrowInvalid: "):
-        _binary(tmp_path / "table.arrow", tmp_path / "hf")
+        _binary(tmp_path / "table.arrow", tmp_path / "hf").sizes  # the data is read on first use
     (tmp_path / "rows.jsonl").write_text('{"features": [1.0], "label": 1}\n{"features": \n')
     with pytest.raises(ValueError, match=r"rows\.jsonl: datasets could not read it as JSON data \("):
-        _binary(tmp_path / "rows.jsonl", tmp_path / "hf")
+        _binary(tmp_path / "rows.jsonl", tmp_path / "hf").sizes  # the data is read on first use
 
 
 def test_a_ragged_list_column_names_the_file_row_and_column(tmp_path):
@@ -228,10 +228,10 @@ def test_a_ragged_list_column_names_the_file_row_and_column(tmp_path):
     pd.DataFrame({"features": features, "label": [i % 2 for i in range(30)]}).to_parquet(path)
     with pytest.raises(ValueError, match=r"ragged\.parquet' row 13, column 'features': a list of 3 where the first "
                                          r"row of the training split holds 4; every row's list needs the same length"):
-        _binary(path, tmp_path / "hf")
+        _binary(path, tmp_path / "hf").sizes  # the data is read on first use
     ltr = write_ltr_parquet(tmp_path / "ltr.parquet", seed=4)
     frame = pd.read_parquet(ltr)
     frame.at[20, "features"] = np.zeros(5, np.float32)
     frame.to_parquet(ltr, index=False)
     with pytest.raises(ValueError, match=r"ltr\.parquet' row 20, column 'features': a list of 5 where the first row"):
-        _ltr(ltr, tmp_path / "hf")
+        _ltr(ltr, tmp_path / "hf").sizes  # the data is read on first use
