@@ -3,7 +3,7 @@ Wang & Yang, ICML 2022, §4.2, and its batch-split question Q1, §4.1).
 
     python benchmarks/bias_floor.py [--quick] [--root ../shared/data/libsvm-a9a] [--seeds 0 1 2] [--no-write]
 
-Problem: the p-norm push (:class:`fccolit.objectives.pnorm_push.PNormPush`, p = 4, ℓ = exp) of a linear model
+Problem: the p-norm push (:class:`fccolit.objectives.pnorm_push.PNormPushLoss`, p = 4, ℓ = exp) of a linear model
 ``s = ⟨w, x⟩`` (no bias: the objective is shift-invariant) on LIBSVM a9a's training file (32,561 rows, 123 binary
 features used as given), read by :class:`fccolit.datamodules.libsvm.LibSVMDataModule` with ``positive_label=-1``:
 as in the authors' scripts the larger class (label −1, 24,720 rows) is the inner set S_+ and the label +1 class
@@ -68,7 +68,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fccolit.datamodules.libsvm import LibSVMDataModule  # noqa: E402
-from fccolit.objectives.pnorm_push import PNormPush  # noqa: E402
+from fccolit.objectives.pnorm_push import PNormPushLoss  # noqa: E402
 from fccolit.optim import Momentum  # noqa: E402
 from fccolit.samplers import DualSampler  # noqa: E402
 from fccolit.state import IndexedState  # noqa: E402
@@ -89,7 +89,7 @@ class Problem:
         self.fields["x"] = self.fields["x"].double()
         self.sizes = data.sizes
         self.x, self.y = self.fields["x"], self.fields["y"]
-        self.objective = PNormPush(p=P)
+        self.objective = PNormPushLoss(p=P)
         self.x_pos, self.x_neg = self.x[self.y == 1], self.x[self.y == 0]
 
     def value(self, w: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,7 @@ against the contrast set size.
 
     python benchmarks/gcl_tracking.py [--quick]
 
-Problem: :class:`fccolit.objectives.ContinualLearning`'s objective term ``g_0(w) = mean_a f_0(g_{0,a}(w))``, the
+Problem: :class:`fccolit.objectives.ContinualLearningObjective`'s objective term ``g_0(w) = mean_a f_0(g_{0,a}(w))``, the
 two-way global contrastive loss with τ = 0.05: ``g_{0,a}`` are the means over the anchor's n contrast samples of
 ``e^{z − z_pos}`` (image → texts and text → images) and ``f_0(u) = τ Σ_k log(1 + n u_k)``. Generated data: 6
 classes × 200 samples of 16 features (class means 1.5·N(0, 1) apart, unit noise), target class 5 (200 anchors,
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fccolit.algorithms.sonex import SONEX  # noqa: E402
-from fccolit.objectives import ContinualLearning  # noqa: E402
+from fccolit.objectives import ContinualLearningObjective  # noqa: E402
 from timing import RESULTS_DIR, machine, write_result  # noqa: E402
 
 CLASSES, PER_CLASS, FEATURES, TARGET, TAU, ANCHORS = 6, 200, 16, 5, 0.05, 8
@@ -83,7 +83,7 @@ def measure(contrast: int, steps: int, seed: int, data: dict[str, torch.Tensor])
              f"num_class_{TARGET}": PER_CLASS}  # n = 1000 contrast samples per anchor
 
     def sonex(gamma: float) -> SONEX:
-        objective = ContinualLearning(target=TARGET, protected=list(range(TARGET)), temperature=TAU)
+        objective = ContinualLearningObjective(target=TARGET, protected=list(range(TARGET)), temperature=TAU)
         return SONEX(model, objective, data_sizes=sizes, ema_weight=gamma, correction_weight=0.0,
                      state_dtype="float64").double()
 
@@ -145,7 +145,7 @@ def main() -> None:
         "",
         f"Command: `{command}`. Machine: {machine()}. {minutes:.1f} min.",
         "",
-        f"The contrastive term of `ContinualLearning` (τ = {TAU}, n = {CLASSES - 1} × {PER_CLASS} contrast samples per "
+        f"The contrastive term of `ContinualLearningObjective` (τ = {TAU}, n = {CLASSES - 1} × {PER_CLASS} contrast samples per "
         f"anchor) on generated data ({CLASSES} classes × {PER_CLASS} samples of {FEATURES} features, target class "
         f"{TARGET}: {PER_CLASS} anchors), a linear cosine scorer at a fixed initialization, float64. Each step draws "
         f"{ANCHORS} anchors and N contrast samples; every estimator sees the same {steps} batches (after a burn-in of "

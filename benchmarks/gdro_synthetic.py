@@ -44,7 +44,7 @@ from lightning.pytorch import Callback, Trainer, seed_everything  # noqa: E402
 from fccolit.algorithms.sonex import SONEX, SONX  # noqa: E402
 from fccolit.datamodules.grouped import SyntheticGroupedDataModule  # noqa: E402
 from fccolit.models import LinearScorer  # noqa: E402
-from fccolit.objectives.constrained import GroupDROCVaR  # noqa: E402
+from fccolit.objectives.constrained import GroupDROCVaRLoss  # noqa: E402
 from fccolit.optim import Momentum  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results"
@@ -60,7 +60,7 @@ def make_data(seed: int) -> SyntheticGroupedDataModule:
     )
 
 
-def exact(objective: GroupDROCVaR, scores: torch.Tensor, fields: dict) -> tuple[float, float]:
+def exact(objective: GroupDROCVaRLoss, scores: torch.Tensor, fields: dict) -> tuple[float, float]:
     """``F(θ, s)`` and ``min_s F(θ, s)`` (= the mean of the k worst group losses) on the given data."""
     with torch.no_grad():
         value = float(objective.exact_value(scores, fields))
@@ -78,7 +78,7 @@ def reference_optimum(data: SyntheticGroupedDataModule, lam: float = 1e-5) -> fl
     """``min F`` (up to λ/(2r²)): L-BFGS over (θ, s) on ``F_λ(θ, s) = s + mean_g f_λ(L_g(θ) − s)``, float64."""
     fields = data._splits["train"]
     x, d = fields["x"].double(), fields["x"].shape[1]
-    objective = GroupDROCVaR(ratio=RATIO).double()
+    objective = GroupDROCVaRLoss(ratio=RATIO).double()
 
     def fun(vec):
         w = torch.tensor(vec, dtype=torch.float64, requires_grad=True)
@@ -117,7 +117,7 @@ class ExactObjective(Callback):
 def run(method: str, lr: float, seed: int, epochs: int) -> dict:
     data = make_data(seed)
     seed_everything(seed, verbose=False)
-    objective = GroupDROCVaR(ratio=RATIO)
+    objective = GroupDROCVaRLoss(ratio=RATIO)
     milestones = [max(1, epochs // 3), max(2, 2 * epochs // 3)]
     common = dict(data_sizes=data.sizes, metrics=[], scheduler_interval="epoch",
                   scheduler=lambda opt: torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones, gamma=0.3))

@@ -39,7 +39,7 @@ from fccolit.callbacks import TrainingHealth  # noqa: E402
 from fccolit.datamodules import SyntheticBinaryDataModule  # noqa: E402
 from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule  # noqa: E402
 from fccolit.models import MLP, NeuMF  # noqa: E402
-from fccolit.objectives import AveragePrecision  # noqa: E402
+from fccolit.objectives import AveragePrecisionSurrogate  # noqa: E402
 from fccolit.objectives.ndcg import TopKNDCGSurrogate  # noqa: E402
 from fccolit.optim import AdaptiveMomentum, Momentum  # noqa: E402
 from timing import PairedSteps, machine, write_result  # noqa: E402
@@ -102,11 +102,11 @@ def cases() -> dict[str, tuple]:
     return {
         "SOX, the quickstart (MLP 20-64-32-1, B = 64 with 16 positives, Momentum)": (
             quickstart_data,
-            lambda d: SOX(MLP(hidden=[64, 32]), AveragePrecision(surrogate="squared_hinge", margin=0.5), ema_weight=0.1,
+            lambda d: SOX(MLP(hidden=[64, 32]), AveragePrecisionSurrogate(surrogate="squared_hinge", margin=0.5), ema_weight=0.1,
                           optimizer=lambda p: Momentum(p, lr=0.5, momentum_weight=0.1), data_sizes=d.sizes)),
         "ADAP (MLP 256-512-512-1, B = 256 with 64 positives, projected state)": (
             binary,
-            lambda d: ADAP(MLP(hidden=[512, 512]), AveragePrecision(project=True),
+            lambda d: ADAP(MLP(hidden=[512, 512]), AveragePrecisionSurrogate(project=True),
                            optimizer=lambda p: AdaptiveMomentum(p, lr=1e-3), data_sizes=d.sizes)),
         "K-SONG (NeuMF 32/[32], 64 users × (10 + 100), generated ratings)": (
             ranking,

@@ -28,7 +28,7 @@ Protocol (no test number is read until the choice is made):
 Parts:
 
 * ``example``: the README's example (``HFClassificationDataModule(path, label=..., features=...)``, ``SOX(LinearScorer(),
-  AveragePrecision(), data_sizes=data.sizes)``, ``Trainer(max_epochs=20)``) with each candidate optimizer in
+  AveragePrecisionSurrogate(), data_sizes=data.sizes)``, ``Trainer(max_epochs=20)``) with each candidate optimizer in
   place of SOX's default; the same candidates for an MLP (hidden 64) as a check that the default suits a deeper
   model too. ``feature_scaling="none"`` with the old default (``Momentum`` lr 0.001) is reported as the issue's
   failing case.
@@ -133,7 +133,7 @@ def run_example(path: Path, features: Any, seed: int, algorithm: str, optimizer:
     from fccolit.algorithms import ADAP, SOX, Supervised
     from fccolit.datamodules import HFClassificationDataModule
     from fccolit.models import MLP, LinearScorer
-    from fccolit.objectives import AveragePrecision
+    from fccolit.objectives import AveragePrecisionSurrogate
 
     with quiet():
         seed_everything(seed)
@@ -142,9 +142,9 @@ def run_example(path: Path, features: Any, seed: int, algorithm: str, optimizer:
         backbone = LinearScorer() if hidden is None else MLP(hidden=hidden)
         kwargs = {"data_sizes": data.sizes, "optimizer": optimizer}
         if algorithm == "SOX":
-            model = SOX(backbone, AveragePrecision(), **kwargs)
+            model = SOX(backbone, AveragePrecisionSurrogate(), **kwargs)
         elif algorithm == "ADAP":
-            model = ADAP(backbone, AveragePrecision(project=True), **kwargs)
+            model = ADAP(backbone, AveragePrecisionSurrogate(project=True), **kwargs)
         else:
             model = Supervised(backbone, **kwargs)
         trainer = Trainer(max_epochs=epochs, use_distributed_sampler=False, logger=False, enable_checkpointing=False,

@@ -38,7 +38,7 @@ from fccolit.algorithms import SOX  # noqa: E402
 from fccolit.datamodules import LibSVMDataModule  # noqa: E402
 from fccolit.io import parse_libsvm  # noqa: E402
 from fccolit.models import LinearScorer  # noqa: E402
-from fccolit.objectives import AveragePrecision  # noqa: E402
+from fccolit.objectives import AveragePrecisionSurrogate  # noqa: E402
 from fccolit.optim import Momentum  # noqa: E402
 from timing import PairedSteps, StepTimer, machine, write_result  # noqa: E402
 
@@ -103,7 +103,7 @@ def reader_rows(files: list[Path], repeats: int) -> list[str]:
 
 def sox(data_sizes: dict[str, int]) -> SOX:
     """configs/libsvm/sox_ap.yaml's SOX on a LinearScorer."""
-    return SOX(LinearScorer(), AveragePrecision(surrogate="squared_hinge", margin=0.5), ema_weight=0.1,
+    return SOX(LinearScorer(), AveragePrecisionSurrogate(surrogate="squared_hinge", margin=0.5), ema_weight=0.1,
                u_for_gradient="previous", data_sizes=data_sizes,
                optimizer=lambda p: Momentum(p, lr=1.0, momentum_weight=0.1, weight_decay=2e-4))
 

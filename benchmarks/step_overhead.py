@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fcco_overhead import cases, paired_times  # noqa: E402
 from fccolit.algorithms import SOX, Supervised  # noqa: E402
 from fccolit.models import MLP  # noqa: E402
-from fccolit.objectives import AveragePrecision  # noqa: E402
+from fccolit.objectives import AveragePrecisionSurrogate  # noqa: E402
 from fccolit.optim import Momentum  # noqa: E402
 from timing import RESULTS_DIR, machine, write_result  # noqa: E402
 
@@ -76,7 +76,7 @@ def sweep_cases(hidden: list[int], work: Path) -> dict[str, tuple]:
     momentum = lambda p: Momentum(p, lr=1e-3, momentum_weight=0.1)  # noqa: E731
     out["SOX"] = (make_binary,
                   lambda d: Supervised(MLP(hidden=hidden), optimizer=momentum, data_sizes=d.sizes),
-                  lambda d: SOX(MLP(hidden=hidden), AveragePrecision(), optimizer=momentum, data_sizes=d.sizes))
+                  lambda d: SOX(MLP(hidden=hidden), AveragePrecisionSurrogate(), optimizer=momentum, data_sizes=d.sizes))
     return out
 
 

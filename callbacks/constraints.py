@@ -32,7 +32,7 @@ def _objective(pl_module: LightningModule):
     if objective is None or not hasattr(objective, "constraint_statistics"):
         raise TypeError(
             f"ConstraintViolationLogger needs a module whose objective has constraint_statistics() (a "
-            f"ConstrainedObjective, e.g. ROCFairnessAUC); {type(pl_module).__name__}.objective is "
+            f"ConstrainedObjective, e.g. ROCFairnessAUCObjective); {type(pl_module).__name__}.objective is "
             f"{type(objective).__name__}"
         )
     return objective

@@ -616,7 +616,8 @@ class TrainingHealth(Callback):
         below = share > target
         init, lr = getattr(pl_module, "lambda_init", "?"), getattr(pl_module, "lambda_lr", "?")
         objective = getattr(pl_module, "objective", None)
-        tau1, tau2 = getattr(objective, "tau1", None), getattr(objective, "tau2", None)
+        tau1 = getattr(objective, "threshold_smoothing", None)
+        tau2 = getattr(objective, "threshold_regularization", None)
         bound = (f"2/(τ2 + 1/(4τ1)) = {2.0 / (tau2 + 1.0 / (4.0 * tau1)):.3g} here"
                  if isinstance(tau1, float) and isinstance(tau2, float) and tau1 > 0 else "2/(τ2 + 1/(4τ1))")
         larger = (f"a larger lambda_lr, up to the step's stability bound {bound} (a larger τ1 raises it); if λ still "

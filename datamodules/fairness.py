@@ -1,7 +1,7 @@
 """Tabular fairness data sets with two demographic groups: UCI Adult (by sex) and ProPublica COMPAS (by race).
 
 Used for AUC maximization under ROC-fairness constraints (Chen et al., NeurIPS 2025, arXiv:2506.02504, Appendix F.2,
-:class:`~fccolit.objectives.constrained.ROCFairnessAUC`). Files (no download: get them once):
+:class:`~fccolit.objectives.constrained.ROCFairnessAUCObjective`). Files (no download: get them once):
 
 * **Adult** — ``adult.data`` and ``adult.test`` from the UCI repository, https://archive.ics.uci.edu/dataset/2/adult
   (32,561 and 16,281 rows). Format: 15 comma-separated fields with a space after each comma (age, workclass,

@@ -1,7 +1,7 @@
 """Data with a ``group`` field: the base of the group-DRO and fairness DataModules, and a generated one for tests.
 
 Any DataModule whose training split has a ``group`` field can train GDRO-CVaR
-(:class:`~fccolit.objectives.constrained.GroupDROCVaR`) by deriving from :class:`GroupedDataModule`: its training
+(:class:`~fccolit.objectives.constrained.GroupDROCVaRLoss`) by deriving from :class:`GroupedDataModule`: its training
 batches come from a :class:`~fccolit.samplers.group.GroupBatchSampler` (B1 groups × B2 samples), or are plain
 shuffled batches when ``groups_per_batch`` is None.
 """

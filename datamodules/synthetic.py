@@ -95,7 +95,7 @@ class SyntheticMultiLabelDataModule(FCCODataModule):
     ``T`` tasks sharing the features, each with its own imbalanced labels, and a share of (task, sample) entries
     unlabeled (−1), as CheXpert's uncertain findings under U-Ignore. The training batches come from
     :class:`~fccolit.samplers.MultiLabelSampler` (``K`` tasks × (``P`` positives + ``Q`` negatives)); train mean
-    AP over tasks with :class:`~fccolit.objectives.AveragePrecision` and a model with ``T`` outputs.
+    AP over tasks with :class:`~fccolit.objectives.AveragePrecisionSurrogate` and a model with ``T`` outputs.
 
     Batch fields: training — those of :class:`~fccolit.samplers.MultiLabelPairDataset` (``x``, ``labels``
     ``[B, T]``, ``y`` ``[B]``, ``task``, ``index``, ``pos_index``, ...); evaluation — ``x``, ``y`` ``[B, T]``

@@ -31,7 +31,7 @@ from fccolit.algorithms import SOX
 from fccolit.data import binary_fields, binary_sizes, random_splits
 from fccolit.datamodules import FCCODataModule
 from fccolit.models import MLP
-from fccolit.objectives import AveragePrecision
+from fccolit.objectives import AveragePrecisionSurrogate
 from fccolit.samplers import DualSampler, RankAwareBatchSampler
 from fccolit.testing import write_binary_csv
 
@@ -78,7 +78,7 @@ def main(root: str | None = None, epochs: int = 2) -> dict[str, float]:
     write_binary_csv(root / "toy.csv")  # a toy CSV in the layout above (about 8% positives)
     data = CSVBinaryDataModule(root, "toy", batch_size=64, num_positives=16)
     torch.manual_seed(0)
-    module = SOX(MLP(hidden=[16]), AveragePrecision(), data_sizes=data.sizes, ema_weight=0.9,
+    module = SOX(MLP(hidden=[16]), AveragePrecisionSurrogate(), data_sizes=data.sizes, ema_weight=0.9,
                  optimizer=lambda params: torch.optim.Adam(params, lr=0.01))
     trainer = Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,

@@ -1,9 +1,9 @@
 """fccolit: stochastic compositional (FCCO / X-risk) optimizers for PyTorch Lightning.
 
-The main classes are importable from the top level, as in torchmetrics::
+The algorithms and the objectives are importable from the top level (the metrics from :mod:`fccolit.metrics`)::
 
     import fccolit
-    module = fccolit.SOX(model, fccolit.AveragePrecision(), data_sizes=datamodule.sizes)
+    module = fccolit.SOX(model, fccolit.AveragePrecisionSurrogate(), data_sizes=datamodule.sizes)
 
 Subpackages: :mod:`fccolit.algorithms` (the LightningModules, one per paper's method), :mod:`fccolit.objectives`
 (the problems), :mod:`fccolit.state` (the per-index state), :mod:`fccolit.metrics`, :mod:`fccolit.optim`,

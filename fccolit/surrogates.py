@@ -25,12 +25,14 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
-SURROGATES = ("squared_hinge", "hinge", "logistic", "sigmoid", "exp")
+#: the names of the pairwise surrogates ℓ (the table above)
+SurrogateName = Literal["squared_hinge", "hinge", "logistic", "sigmoid", "exp"]
+SURROGATES: tuple[str, ...] = get_args(SurrogateName)
 
 
 def sigmoid_scores(scores: torch.Tensor) -> torch.Tensor:

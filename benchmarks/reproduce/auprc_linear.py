@@ -59,7 +59,7 @@ from fccolit.callbacks.schedules import InverseSqrtSchedule
 from fccolit.datamodules.libsvm import LibSVMDataModule
 from fccolit.metrics.functional import ap_score
 from fccolit.models import LinearScorer
-from fccolit.objectives import AveragePrecision
+from fccolit.objectives import AveragePrecisionSurrogate
 from fccolit.optim import AdaptiveMomentum, Momentum
 
 LAMBDA = 1e-4
@@ -124,7 +124,7 @@ def build(setting: Setting, sizes: dict[str, int]):
     method, lr, beta, p = setting.method, setting.lr, setting.beta, setting.protocol
     wd = 2 * LAMBDA
     project = method in ("MOAP (V2)", "ADAP")
-    objective = AveragePrecision(surrogate="squared_hinge", margin=MARGIN, project=project, omega_bounds=p.omega_bounds,
+    objective = AveragePrecisionSurrogate(surrogate="squared_hinge", margin=MARGIN, project=project, omega_bounds=p.omega_bounds,
                                  inner_estimator=p.inner_estimator)
     common = {"data_sizes": sizes, "initial_state": p.initial_state}
     model = LinearScorer(bias=False)

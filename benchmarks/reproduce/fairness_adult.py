@@ -67,7 +67,7 @@ from fccolit.callbacks.constraints import ConstraintViolationLogger
 from fccolit.datamodules.fairness import FairnessDataModule
 from fccolit.metrics.functional import auroc_score
 from fccolit.models import MLP
-from fccolit.objectives.constrained import ROCFairnessAUC
+from fccolit.objectives.constrained import ROCFairnessAUCObjective
 from fccolit.optim import AdaptiveMomentum, Momentum
 
 NAME = "fairness_adult"
@@ -100,7 +100,7 @@ def variant(spec: dict) -> str:
 def make_module(spec: dict, sizes: dict, epochs: int):
     method = spec["method"]
     penalty = {"alexr2": "hinge", "sonx": "hinge", "sox": "squared_hinge"}[method]
-    objective = ROCFairnessAUC(penalty=penalty, rho=spec["rho"])
+    objective = ROCFairnessAUCObjective(penalty=penalty, rho=spec["rho"])
     milestones = sorted({max(1, epochs // 2), max(1, math.ceil(0.75 * epochs))})
     common = dict(
         data_sizes=sizes, metrics=["auroc"], scheduler_interval="epoch", outer_normalization=spec["normalization"],

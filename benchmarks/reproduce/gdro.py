@@ -66,7 +66,7 @@ from fccolit.algorithms.sonex import SONEX, SONX, PenaltySOX
 from fccolit.datamodules.fairness import FairnessDataModule
 from fccolit.datamodules.grouped import GroupedDataModule
 from fccolit.models import LinearScorer
-from fccolit.objectives.constrained import GroupDROCVaR
+from fccolit.objectives.constrained import GroupDROCVaRLoss
 from fccolit.optim import Momentum
 
 NAME = "gdro"
@@ -108,7 +108,7 @@ class AdultGroupsDataModule(GroupedDataModule):
         self.sizes = {**base.sizes, "num_groups": 4 * len(RACES)}
 
 
-def group_stats(objective: GroupDROCVaR, scores: torch.Tensor, fields: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def group_stats(objective: GroupDROCVaRLoss, scores: torch.Tensor, fields: dict) -> tuple[torch.Tensor, torch.Tensor]:
     groups, means = objective.group_means(scores, fields)
     return groups, means
 
@@ -130,7 +130,7 @@ def reference_optimum(fields: dict) -> float:
     continued 1e-2 → 1e-3 → 1e-4 (each stage warm-started; F_λ ≤ F ≤ F_λ + λ/(2r²)); the best exact F or
     CVaR at the iterates."""
     x, d = fields["x"].double(), fields["x"].shape[1]
-    objective = GroupDROCVaR(ratio=RATIO).double()
+    objective = GroupDROCVaRLoss(ratio=RATIO).double()
     best, vec = math.inf, np.r_[np.zeros(d + 1), 0.5]
     for lam in (1e-2, 1e-3, 1e-4):
         def fun(v, lam=lam):
@@ -149,7 +149,7 @@ def reference_optimum(fields: dict) -> float:
 
 
 def evaluate(scores: torch.Tensor, fields: dict, s: float) -> dict:
-    objective = GroupDROCVaR(ratio=RATIO)
+    objective = GroupDROCVaRLoss(ratio=RATIO)
     with torch.no_grad():
         groups, means = objective.group_means(scores, fields)
         pred = (scores.reshape(-1) > 0).long()
@@ -191,7 +191,7 @@ def run(setting: Setting, seed: int) -> dict:
     data = AdultGroupsDataModule(ROOT, seed)
     data.setup("fit")
     seed_everything(seed, verbose=False)
-    objective = GroupDROCVaR(ratio=RATIO)
+    objective = GroupDROCVaRLoss(ratio=RATIO)
     common = dict(data_sizes=data.sizes, metrics=[], scheduler_interval="epoch",
                   scheduler=lambda opt: torch.optim.lr_scheduler.MultiStepLR(opt, milestones(setting.epochs), 0.3))
     lr = setting.lr
@@ -230,7 +230,7 @@ def run_erm(setting: Setting, seed: int, start: float) -> dict:
     sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones(setting.epochs), 0.3)
     gen = torch.Generator().manual_seed(seed)
     n, rows = train["x"].shape[0], []
-    objective = GroupDROCVaR(ratio=RATIO)
+    objective = GroupDROCVaRLoss(ratio=RATIO)
 
     def record():
         with torch.no_grad():

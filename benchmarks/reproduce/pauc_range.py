@@ -51,7 +51,7 @@ import pauc_common as P  # noqa: E402
 
 from fccolit.algorithms.pauc import DCA, MiniBatchPAUC, PairwiseAUC, PAUCRange, ProximalDCA, SoRR  # noqa: E402
 from fccolit.algorithms.supervised import Supervised  # noqa: E402
-from fccolit.objectives.pauc import PartialAUCRange, SumOfRankedRange  # noqa: E402
+from fccolit.objectives.pauc import PartialAUCRangeSurrogate, SumOfRankedRangeLoss  # noqa: E402
 
 ALPHA, BETA = 0.05, 0.5
 STEPS, QUICK_STEPS = 2600, 800
@@ -75,7 +75,7 @@ def agd_builder(s: dict):
     base, growth, cap = SCHEDULES[s["schedule"]]
 
     def build(model, sizes):
-        objective = PartialAUCRange(ALPHA, BETA, surrogate=s["surrogate"], margin=1.0, score_transform=s["score"])
+        objective = PartialAUCRangeSurrogate(ALPHA, BETA, surrogate=s["surrogate"], margin=1.0, score_transform=s["score"])
         return PAUCRange(model, objective, mu=s["mu"], gamma=s["gamma_ratio"] * s["mu"], lr=s["c"],
                          lambda_lr=s["lambda_c"], inner_steps=base, inner_growth=growth, max_inner_steps=cap,
                          step_decay=s["decay"], inner_output=s["output"], data_sizes=sizes, metrics=[METRIC])
@@ -83,8 +83,8 @@ def agd_builder(s: dict):
     return build
 
 
-def shipped_objective() -> PartialAUCRange:
-    return PartialAUCRange(ALPHA, BETA, surrogate=SHIPPED["surrogate"], margin=1.0, score_transform=SHIPPED["score"])
+def shipped_objective() -> PartialAUCRangeSurrogate:
+    return PartialAUCRangeSurrogate(ALPHA, BETA, surrogate=SHIPPED["surrogate"], margin=1.0, score_transform=SHIPPED["score"])
 
 
 def method_builder(method: str, s: dict):
@@ -92,7 +92,7 @@ def method_builder(method: str, s: dict):
         return agd_builder(s)
     sgd = lambda p: torch.optim.SGD(p, lr=s["lr"])  # noqa: E731
     table = {
-        "SoRR (AGD)": lambda m, z: SoRR(m, SumOfRankedRange(ALPHA, BETA), mu=1e3, gamma=s["gamma_ratio"] * 1e3,
+        "SoRR (AGD)": lambda m, z: SoRR(m, SumOfRankedRangeLoss(ALPHA, BETA), mu=1e3, gamma=s["gamma_ratio"] * 1e3,
                                         lr=s["c"], data_sizes=z, metrics=[METRIC]),
         "DCA": lambda m, z: DCA(m, shipped_objective(), lr=s["c"], inner_steps=100, data_sizes=z, metrics=[METRIC]),
         "Proximal DCA": lambda m, z: ProximalDCA(m, shipped_objective(), lr=s["c"], inner_steps=100,
@@ -171,7 +171,7 @@ def sorr_objective(module, splits) -> dict:
     x, y = splits["train"]["x"], splits["train"]["y"]
     with torch.no_grad():
         scores = module.evaluation_scores({"x": x}).reshape(-1)
-        value = SumOfRankedRange(ALPHA, BETA, reweight=False).exact_value(scores.double(), {"y": y})
+        value = SumOfRankedRangeLoss(ALPHA, BETA, reweight=False).exact_value(scores.double(), {"y": y})
     return {"sorr_objective": float(value)}
 
 
@@ -250,7 +250,7 @@ def report(run: Runner, seeds, steps: int, quick: bool) -> list[str]:
         for seed in seeds:
             sorr = run("SoRR (AGD)", chosen[("SoRR (AGD)", "a9a")], "a9a", seed, steps=budget)
             dca = P.cached(repr(("DCA on SoRR", 1.0, "a9a", seed, budget)), lambda: P.run_fccolit(
-                lambda m, z: DCA(m, SumOfRankedRange(ALPHA, BETA), lr=1.0, inner_steps=100, data_sizes=z,
+                lambda m, z: DCA(m, SumOfRankedRangeLoss(ALPHA, BETA), lr=1.0, inner_steps=100, data_sizes=z,
                                  metrics=[METRIC]), seed, budget, run.cache, None, extra=sorr_objective))
             gaps.append(dca["sorr_objective"] - sorr["sorr_objective"])
         claim = ordering_claim(f"a9a: SoRR objective, DCA − AGD after {budget} batches (Figure 2: AGD lower)",

@@ -12,7 +12,7 @@ Protocol (the paper's §4.2 and the SOX authors' public p-norm push scripts; [op
 * data: a9a (training file) and a9a.t (test file), min-max scaled features; as the authors' scripts do, the label −1
   (the larger class, 24,720 rows) is the inner set S_+ and +1 (7,841 rows) the outer set S_− with one state row each
   (``positive_label=-1``).
-* p-norm push, p = 4, ℓ = exp (:class:`~fccolit.objectives.pnorm_push.PNormPush`), linear model ``<w, x>`` without
+* p-norm push, p = 4, ℓ = exp (:class:`~fccolit.objectives.pnorm_push.PNormPushLoss`), linear model ``<w, x>`` without
   bias, torch's default init, seeded; weight decay 1e-3 (the authors' scripts); B = 64 with B1 = B2 = 32;
   T = 10,000 iterations (``--quick``: 3,000); constant step size [open].
 * methods (:mod:`fccolit.algorithms.sox`): BSGD (γ = 1, β = 1), SOAP (γ, β = 1), MOAP (γ, β; the randomized
@@ -44,7 +44,7 @@ from common import Claim, Runner, Stopwatch, claim_table, header, save_plot, sha
 from fccolit.algorithms.sox import BSGD, MOAP, SOAP, SOX
 from fccolit.datamodules.libsvm import LibSVMDataModule
 from fccolit.models import LinearScorer
-from fccolit.objectives.pnorm_push import PNormPush
+from fccolit.objectives.pnorm_push import PNormPushLoss
 from fccolit.optim import Momentum
 
 WEIGHT_DECAY = 1e-3
@@ -76,7 +76,7 @@ def datamodule(seed: int) -> LibSVMDataModule:
 
 
 def build(setting: Setting, sizes: dict[str, int]):
-    model, objective = LinearScorer(bias=False), PNormPush(p=4.0)
+    model, objective = LinearScorer(bias=False), PNormPushLoss(p=4.0)
     opt = lambda ps: Momentum(ps, lr=setting.lr, momentum_weight=setting.beta, weight_decay=WEIGHT_DECAY)  # noqa: E731
     common = {"optimizer": opt, "data_sizes": sizes}
     if setting.method == "BSGD":

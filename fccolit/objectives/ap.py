@@ -10,17 +10,19 @@ References:
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 
+from fccolit._checks import check_choice
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.surrogates import (
-    pairwise_surrogate, pairwise_surrogate_with_slope, pairwise_weighted_sum, sigmoid_scores, surrogate_range,
+    SurrogateName, pairwise_surrogate, pairwise_surrogate_with_slope, pairwise_weighted_sum, sigmoid_scores,
+    surrogate_range,
 )
 
 
-class AveragePrecision(FCCOObjective):
+class AveragePrecisionSurrogate(FCCOObjective):
     r"""Smoothed average precision, minimised as ``F = −ÂP``.
 
     .. math::
@@ -116,26 +118,22 @@ class AveragePrecision(FCCOObjective):
 
     def __init__(
         self,
-        surrogate: str = "squared_hinge",
+        surrogate: SurrogateName = "squared_hinge",
         margin: float = 1.0,
         scale: float = 1.0,
-        score_transform: str = "sigmoid",
+        score_transform: Literal["sigmoid", "identity"] = "sigmoid",
         project: bool = False,
-        inner_estimator: str = "batch_mean",
-        inner_scale: str = "mean",
+        inner_estimator: Literal["batch_mean", "reweighted"] = "batch_mean",
+        inner_scale: Literal["mean", "sum"] = "mean",
         score_range: float | None = None,
-        omega_bounds: str = "estimator",
+        omega_bounds: Literal["estimator", "paper"] = "estimator",
     ) -> None:
         super().__init__()
-        if omega_bounds not in ("estimator", "paper"):
-            raise ValueError(f"omega_bounds must be 'estimator' or 'paper', got {omega_bounds!r}")
+        check_choice("omega_bounds", omega_bounds, ("estimator", "paper"))
+        check_choice("score_transform", score_transform, ("sigmoid", "identity"))
+        check_choice("inner_estimator", inner_estimator, ("batch_mean", "reweighted"))
+        check_choice("inner_scale", inner_scale, ("mean", "sum"))
         self.omega_bounds = omega_bounds
-        if score_transform not in ("sigmoid", "identity"):
-            raise ValueError(f"score_transform must be 'sigmoid' or 'identity', got {score_transform!r}")
-        if inner_estimator not in ("batch_mean", "reweighted"):
-            raise ValueError(f"inner_estimator must be 'batch_mean' or 'reweighted', got {inner_estimator!r}")
-        if inner_scale not in ("mean", "sum"):
-            raise ValueError(f"inner_scale must be 'mean' or 'sum', got {inner_scale!r}")
         if score_range is None and score_transform == "sigmoid":
             score_range = 1.0
         if project and score_range is None:
@@ -168,7 +166,7 @@ class AveragePrecision(FCCOObjective):
             ell = self.loss(s.unsqueeze(0) - s.index_select(0, anchors).unsqueeze(1))  # [P, B]: ℓ(s_j − s_i)
             if "task" in batch:  # multi-task: an anchor's inner set is its own task's positions
                 if self.inner_estimator != "batch_mean":
-                    raise ValueError("AveragePrecision: multi-task batches take inner_estimator='batch_mean' only")
+                    raise ValueError("AveragePrecisionSurrogate: multi-task batches take inner_estimator='batch_mean' only")
                 task = batch["task"].reshape(-1)
                 same = (task.index_select(0, anchors).unsqueeze(1) == task.unsqueeze(0)).to(ell.dtype)  # [P, B]
                 value = (ell * (same / same.sum(1, keepdim=True))) @ per_sample  # [P, 2]
@@ -216,11 +214,11 @@ class AveragePrecision(FCCOObjective):
     def omega(self, sizes: dict[str, int]) -> tuple[tuple[float | None, float], tuple[float, float]]:
         """Ω as ``((lower_1, lower_2), (upper_1, upper_2))`` for the estimator and scale (class docstring)."""
         if self.score_range is None:
-            raise ValueError("AveragePrecision: Ω needs score_range for raw scores (score_transform='identity')")
+            raise ValueError("AveragePrecisionSurrogate: Ω needs score_range for raw scores (score_transform='identity')")
         c, big_m = surrogate_range(self.surrogate, self.margin, self.scale, score_range=self.score_range)
         for key in ("num_samples", "num_positives"):
             if key not in sizes:
-                raise KeyError(f"AveragePrecision(project=True) derives Ω from the data sizes, which lack '{key}'")
+                raise KeyError(f"AveragePrecisionSurrogate(project=True) derives Ω from the data sizes, which lack '{key}'")
         n, m = sizes["num_samples"], sizes["num_positives"]
         if self.inner_estimator == "reweighted" or self.omega_bounds == "paper":
             lower, upper = (None, c), (big_m * m, big_m * n)  # Wang et al. 2022 §3 (Ω), sum scale

@@ -128,7 +128,7 @@ class FCCOObjective(nn.Module):
     def bind_model(self, model: nn.Module) -> None:
         """Receive the backbone once it is built for the data (called by the algorithm module after
         :meth:`bind_sizes`). Objectives that need it, e.g. a frozen copy ``w_old`` for non-forgetting constraints
-        (:class:`~fccolit.objectives.ContinualLearning`), take it here. The default does nothing."""
+        (:class:`~fccolit.objectives.ContinualLearningObjective`), take it here. The default does nothing."""
 
     def num_rows(self, sizes: dict[str, int]) -> int:
         """Number of outer indices, read from the DataModule's sizes."""

@@ -3,7 +3,7 @@
 
 Each is a :class:`~fccolit.objectives.nonsmooth.CompositeObjective`: ``F(w) = g_0(w) + (1/n) Σ_i f(g_i(w))``.
 
-* :class:`GroupDROCVaR` (eq. (10)): ``min_{θ,s} s + (1/n) Σ_g (1/r)[L_g(θ) − s]_+``, one outer index per
+* :class:`GroupDROCVaRLoss` (eq. (10)): ``min_{θ,s} s + (1/n) Σ_g (1/r)[L_g(θ) − s]_+``, one outer index per
   group, ``f = (1/r)[·]_+`` (:class:`~fccolit.objectives.nonsmooth.Hinge` with ρ = 1/r), ``g_0 = s``.
 * :class:`ConstrainedObjective`: the penalty form ``Φ(w) = g_0(w) + (1/m) Σ_i p(h_i(w))`` of
   ``min g_0(w) s.t. h_i(w) ≤ 0, i = 1..m`` (eqs. (8), (9)), one outer index per constraint, ``p`` the hinge
@@ -11,7 +11,7 @@ Each is a :class:`~fccolit.objectives.nonsmooth.CompositeObjective`: ``F(w) = g_
   sums (a mean over the constraint's data) only implement :meth:`ConstrainedObjective.constraint_statistics`; the
   same sums give the mini-batch inner values and the exact full-data values that
   :class:`~fccolit.callbacks.constraints.ConstraintViolationLogger` reduces across ranks.
-* :class:`ROCFairnessAUC` (§6 and Appendix F.2): pairwise sigmoid AUC loss subject to TPR and FPR gaps between two
+* :class:`ROCFairnessAUCObjective` (§6 and Appendix F.2): pairwise sigmoid AUC loss subject to TPR and FPR gaps between two
   groups ``≤ κ`` at thresholds Γ.
 
 References:
@@ -24,19 +24,21 @@ References:
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+from typing import ClassVar, Literal, Sequence, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fccolit.objectives.base import InnerBatch
-from fccolit.objectives.nonsmooth import CompositeObjective, GapPenalty, Hinge, make_penalty
+from fccolit._checks import check_choice
+from fccolit.objectives.nonsmooth import CompositeObjective, GapPenalty, Hinge, PenaltyName, make_penalty
 
-__all__ = ["GroupDROCVaR", "ConstrainedObjective", "ROCFairnessAUC", "GDRO_LOSSES"]
+__all__ = ["GroupDROCVaRLoss", "ConstrainedObjective", "ROCFairnessAUCObjective", "GDRO_LOSSES"]
 
-#: Accepted per-sample losses of :class:`GroupDROCVaR`.
-GDRO_LOSSES = ("logistic", "cross_entropy")
+#: Accepted per-sample losses of :class:`GroupDROCVaRLoss`.
+GDROSampleLoss = Literal["logistic", "cross_entropy"]
+GDRO_LOSSES: tuple[str, ...] = get_args(GDROSampleLoss)
 
 
 def _zero(scores: torch.Tensor) -> torch.Tensor:
@@ -44,7 +46,7 @@ def _zero(scores: torch.Tensor) -> torch.Tensor:
     return scores.sum() * 0.0
 
 
-class GroupDROCVaR(CompositeObjective):
+class GroupDROCVaRLoss(CompositeObjective):
     r"""Group DRO with the CVaR divergence (Chen et al., NeurIPS 2025).
 
     Chen et al.'s eq. (10), Appendix F.1::
@@ -74,7 +76,7 @@ class GroupDROCVaR(CompositeObjective):
     needs_global_batch: ClassVar[bool] = False
     batch_fields: ClassVar[tuple[str, ...]] = ("y", "group")
 
-    def __init__(self, ratio: float = 0.15, loss: str = "logistic", init_threshold: float = 0.0) -> None:
+    def __init__(self, ratio: float = 0.15, loss: GDROSampleLoss = "logistic", init_threshold: float = 0.0) -> None:
         super().__init__()
         if not 0.0 < float(ratio) <= 1.0:
             raise ValueError(f"the CVaR ratio r must be in (0, 1], got {ratio}")
@@ -127,16 +129,16 @@ class ConstrainedObjective(CompositeObjective):
     Args:
         penalty: ``"hinge"``, ``"smoothed_hinge"`` or ``"squared_hinge"``.
         rho: ρ, the penalty weight (β in the paper's eq. (53)).
-        lam: λ of ``"smoothed_hinge"`` only (to smooth a hinge with SONEX / ALEXR2, give λ to the algorithm).
+        smoothing: λ of ``"smoothed_hinge"`` only (to smooth a hinge with SONEX / ALEXR2, give λ to the algorithm).
     """
 
     inner_dim: ClassVar[int] = 1
     num_constraints: int = 0
 
-    def __init__(self, penalty: str = "hinge", rho: float = 10.0, lam: float | None = None) -> None:
+    def __init__(self, penalty: PenaltyName = "hinge", rho: float = 10.0, smoothing: float | None = None) -> None:
         super().__init__()
-        self.penalty_name, self.rho, self.lam = penalty, float(rho), lam
-        self.penalty = make_penalty(penalty, rho, lam)
+        self.penalty_name, self.rho, self.smoothing = penalty, float(rho), smoothing
+        self.penalty = make_penalty(penalty, rho, smoothing)
         self.outer_fn = self.penalty
 
     def num_rows(self, sizes: dict[str, int]) -> int:
@@ -175,7 +177,7 @@ class ConstrainedObjective(CompositeObjective):
         return f"num_constraints={self.num_constraints}, penalty={self.outer_fn!r}"
 
 
-class ROCFairnessAUC(ConstrainedObjective):
+class ROCFairnessAUCObjective(ConstrainedObjective):
     r"""AUC maximization under ROC-fairness constraints (Chen et al., NeurIPS 2025).
 
     Chen et al.'s Appendix F.2, after Vogel et al.::
@@ -200,7 +202,7 @@ class ROCFairnessAUC(ConstrainedObjective):
     Args:
         thresholds: Γ, on the raw score scale (default {−3, …, 3}, the paper's).
         kappa: κ, the tolerance (default 0.005, the paper's).
-        penalty, rho, lam: see :class:`ConstrainedObjective`. Default ρ = 10: an assumption inside the paper's grid
+        penalty, rho, smoothing: see :class:`ConstrainedObjective`. Default ρ = 10: an assumption inside the paper's grid
             {4, 6, 8, 10, 20, 40} for ALEXR2 and SONX (the squared hinge of SOX used {10, …, 1000}).
         protected_group: the value of ``group`` that is "p" (the other one is "u"); the gaps are symmetric.
     """
@@ -214,14 +216,14 @@ class ROCFairnessAUC(ConstrainedObjective):
         self,
         thresholds: Sequence[float] = (-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0),
         kappa: float = 0.005,
-        penalty: str = "hinge",
+        penalty: PenaltyName = "hinge",
         rho: float = 10.0,
-        lam: float | None = None,
+        smoothing: float | None = None,
         protected_group: int = 1,
     ) -> None:
-        super().__init__(penalty=penalty, rho=rho, lam=lam)
+        super().__init__(penalty=penalty, rho=rho, smoothing=smoothing)
         if len(thresholds) == 0:
-            raise ValueError("ROCFairnessAUC needs at least one threshold τ")
+            raise ValueError("ROCFairnessAUCObjective needs at least one threshold τ")
         if protected_group not in (0, 1):
             raise ValueError(f"protected_group must be 0 or 1, got {protected_group}")
         self.thresholds = tuple(float(t) for t in thresholds)

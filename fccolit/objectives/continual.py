@@ -6,8 +6,8 @@ al. 2024, "model developmental safety")::
 
 solved through the penalty problem ``F + (1/m) Σ_k p(h_k)`` of :class:`~fccolit.objectives.constrained.ConstrainedObjective`
 (SONEX smooths a hinge ``p`` with its λ: the paper's "SONEX + smoothed hinge"; PenaltySOX with the squared hinge is
-its baseline). ``w_old`` is a frozen copy of the model (:meth:`ContinualLearning.bind_model`). See
-:class:`ContinualLearning` for the exact estimators.
+its baseline). ``w_old`` is a frozen copy of the model (:meth:`ContinualLearningObjective.bind_model`). See
+:class:`ContinualLearningObjective` for the exact estimators.
 
 References:
     * Chen et al. (NeurIPS 2025): Xingyu Chen, Bokun Wang, Ming Yang, Qihang Lin and Tianbao Yang, "Stochastic
@@ -30,8 +30,9 @@ from torch import nn
 
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.constrained import ConstrainedObjective
+from fccolit.objectives.nonsmooth import PenaltyName
 
-__all__ = ["ContinualLearning", "GlobalContrastiveLoss"]
+__all__ = ["ContinualLearningObjective", "GlobalContrastiveLoss"]
 
 
 def labels_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -46,13 +47,13 @@ class GlobalContrastiveLoss(FCCOObjective):
         f_0(u)  = τ Σ_k log(1 + n u_k)
 
     over the batch's target images a (rows: their ``index``) and its non-target samples N (the contrast set, n of
-    them in the data), z = scores/τ. :class:`ContinualLearning` holds it as its ``direct_objective``; SONEX tracks
+    them in the data), z = scores/τ. :class:`ContinualLearningObjective` holds it as its ``direct_objective``; SONEX tracks
     ``g_{0,a}`` in a state of its own (one row per training image, only target images visited, ``u_0 ≥ 0``).
 
     Args:
         target: the target class (column of the scores).
         temperature: τ.
-        num_contrast: n (None: bound later by :class:`ContinualLearning` from the data sizes).
+        num_contrast: n (None: bound later by :class:`ContinualLearningObjective` from the data sizes).
     """
 
     inner_dim: ClassVar[int] = 2
@@ -66,7 +67,7 @@ class GlobalContrastiveLoss(FCCOObjective):
         """One row per training sample (only the target class's images are ever visited)."""
         if "num_samples" not in sizes:
             raise ValueError(
-                f"ContinualLearning tracks one contrastive row per training image: the sizes lack 'num_samples' "
+                f"ContinualLearningObjective tracks one contrastive row per training image: the sizes lack 'num_samples' "
                 f"({sorted(sizes)})"
             )
         return int(sizes["num_samples"])
@@ -80,7 +81,7 @@ class GlobalContrastiveLoss(FCCOObjective):
         non-target samples; no rows when the batch has no non-target sample."""
         if "index" not in batch:
             raise ValueError(
-                "ContinualLearning: the batch has no 'index' field (each sample's position in the training data), "
+                "ContinualLearningObjective: the batch has no 'index' field (each sample's position in the training data), "
                 f"which the contrastive term's rows need; it has {sorted(batch)}"
             )
         labels = labels_of(batch)
@@ -99,7 +100,7 @@ class GlobalContrastiveLoss(FCCOObjective):
     def _contrast_count(self) -> int:
         if self.num_contrast is None:
             raise ValueError(
-                "ContinualLearning needs n, the number of training samples an anchor is contrasted with: pass "
+                "ContinualLearningObjective needs n, the number of training samples an anchor is contrasted with: pass "
                 "num_contrast=..., or bind sizes with num_samples and num_class_<target> (BDD100KDataModule's)"
             )
         return self.num_contrast
@@ -117,7 +118,7 @@ class GlobalContrastiveLoss(FCCOObjective):
         return f"target={self.target}, temperature={self.temperature}, num_contrast={self.num_contrast}"
 
 
-class ContinualLearning(ConstrainedObjective):
+class ContinualLearningObjective(ConstrainedObjective):
     r"""CLIP fine-tuning on a target class under one non-forgetting constraint per protected class.
 
     The model scores every image against every class prompt: ``scores [B, C]`` are the cosine similarities
@@ -177,7 +178,7 @@ class ContinualLearning(ConstrainedObjective):
         target: the target class (column of ``scores``), e.g. 5 = foggy in BDD100K's weather classes.
         protected: the constrained classes (None: every class of ``sizes["num_classes"]`` but the target).
         temperature: τ (0.05, the paper's).
-        penalty, rho, lam: see :class:`~fccolit.objectives.constrained.ConstrainedObjective` (ρ grid of the paper:
+        penalty, rho, smoothing: see :class:`~fccolit.objectives.constrained.ConstrainedObjective` (ρ grid of the paper:
             {0.01, 0.1, 1, 5, 10, 20, 40, 80} for SONEX + smoothed hinge, {1, 20, …, 800} for SOX + squared hinge).
         slack: ε ≥ 0, one value for every constraint or one per constraint (0: "no worse than the old model").
         old_weights_path: local weights of the old model (None: the model's own at :meth:`bind_model`).
@@ -198,15 +199,15 @@ class ContinualLearning(ConstrainedObjective):
         target: int,
         protected: Sequence[int] | None = None,
         temperature: float = 0.05,
-        penalty: str = "hinge",
+        penalty: PenaltyName = "hinge",
         rho: float = 10.0,
-        lam: float | None = None,
+        smoothing: float | None = None,
         slack: float | Sequence[float] = 0.0,
         old_weights_path: str | os.PathLike | None = None,
         class_names: Sequence[str] | None = None,
         num_contrast: int | None = None,
     ) -> None:
-        super().__init__(penalty=penalty, rho=rho, lam=lam)
+        super().__init__(penalty=penalty, rho=rho, smoothing=smoothing)
         if not float(temperature) > 0.0:
             raise ValueError(f"the temperature τ must be > 0, got {temperature}")
         self.target, self.temperature = int(target), float(temperature)
@@ -229,7 +230,7 @@ class ContinualLearning(ConstrainedObjective):
         bad = [c for c in protected if c < 0 or c == self.target or (num_classes is not None and c >= num_classes)]
         if bad or len(set(protected)) != len(protected) or not protected:
             raise ValueError(
-                f"ContinualLearning: protected classes must be distinct class indices other than the target "
+                f"ContinualLearningObjective: protected classes must be distinct class indices other than the target "
                 f"({self.target}){'' if num_classes is None else f' below num_classes={num_classes}'}; got {protected}"
             )
         slack = torch.as_tensor(self._slack, dtype=torch.float64).reshape(-1)
@@ -248,11 +249,11 @@ class ContinualLearning(ConstrainedObjective):
         """Take the protected classes from ``sizes["num_classes"]`` (every class but the target) when not given."""
         num_classes = sizes.get("num_classes")
         if num_classes is not None and not 0 <= self.target < int(num_classes):
-            raise ValueError(f"ContinualLearning: target={self.target} is not a class index (the data has {num_classes} classes)")
+            raise ValueError(f"ContinualLearningObjective: target={self.target} is not a class index (the data has {num_classes} classes)")
         if self.protected is None:
             if num_classes is None:
                 raise ValueError(
-                    "ContinualLearning needs the protected classes: pass protected=[...] or use data with "
+                    "ContinualLearningObjective needs the protected classes: pass protected=[...] or use data with "
                     f"sizes['num_classes'] (e.g. BDD100KDataModule without target); the sizes are {sorted(sizes)}"
                 )
             self._set_protected([c for c in range(int(num_classes)) if c != self.target], int(num_classes))
@@ -275,7 +276,7 @@ class ContinualLearning(ConstrainedObjective):
         self.old_model = old.eval()
         self._memo = None
 
-    def train(self, mode: bool = True) -> "ContinualLearning":
+    def train(self, mode: bool = True) -> "ContinualLearningObjective":
         super().train(mode)
         if self.old_model is not None:
             self.old_model.eval()  # w_old is evaluated, never trained (dropout, BatchNorm statistics)
@@ -311,7 +312,7 @@ class ContinualLearning(ConstrainedObjective):
         """
         if self.old_model is None:
             raise RuntimeError(
-                "ContinualLearning has no old model yet: the algorithm module binds it (every FCCOModule calls "
+                "ContinualLearningObjective has no old model yet: the algorithm module binds it (every FCCOModule calls "
                 "bind_model(model) when built); standalone, call objective.bind_model(model)"
             )
         if "old_scores" in batch:  # computed before the global batch was gathered (local_fields)
@@ -334,7 +335,7 @@ class ContinualLearning(ConstrainedObjective):
         """``ℓ(x, c) = CE(s(x)/τ, c)`` of every sample, ``[B]``."""
         if scores.dim() != 2:
             raise ValueError(
-                f"ContinualLearning needs scores [B, C] against every class prompt, got shape {tuple(scores.shape)}: "
+                f"ContinualLearningObjective needs scores [B, C] against every class prompt, got shape {tuple(scores.shape)}: "
                 "use CLIPClassifier with one prompt per class, target=None (and logit_scale=1.0)"
             )
         return F.cross_entropy(scores / self.temperature, labels, reduction="none")
@@ -344,7 +345,7 @@ class ContinualLearning(ConstrainedObjective):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per constraint k: ``Σ_{x∈batch∩D_k} (ℓ(w; x) − ℓ(w_old; x)) − ε_k n_k`` and ``n_k``, both ``[m, 1]``."""
         if self.protected is None:
-            raise RuntimeError("ContinualLearning: protected classes unknown; call bind_sizes(sizes) or pass protected")
+            raise RuntimeError("ContinualLearningObjective: protected classes unknown; call bind_sizes(sizes) or pass protected")
         labels = self.labels_of(batch)
         old = self.old_scores(batch).to(scores.dtype)
         difference = self.sample_losses(scores, labels) - self.sample_losses(old, labels)

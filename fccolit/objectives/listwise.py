@@ -14,20 +14,23 @@ References:
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal, get_args
 
 import torch
 
 from fccolit._checks import check_choice
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.ranking_batch import (
-    INNER_ESTIMATORS, NORMALIZATIONS, anchor_item_weights, anchors, field, list_mask, row_weights,
+    INNER_ESTIMATORS, NORMALIZATIONS, InnerEstimator, Normalization, anchor_item_weights, anchors, field, list_mask,
+    row_weights,
 )
 
-WEIGHTS = ("linear", "uniform", "none")
+#: the target top-one probabilities P_q(y_i) of :class:`ListwiseCELoss` (``relevance_weight``)
+RelevanceWeight = Literal["linear", "uniform", "none"]
+WEIGHTS: tuple[str, ...] = get_args(RelevanceWeight)
 
 
-class ListwiseCE(FCCOObjective):
+class ListwiseCELoss(FCCOObjective):
     r"""ListNet's top-one cross-entropy, one FCCO term per relevant (query, item) pair.
 
     .. math::
@@ -67,7 +70,7 @@ class ListwiseCE(FCCOObjective):
           ĝ_{q,i} = ( 1 + ((N_q^+ − 1)/(P_q − 1)) Σ_{x rel, x≠i} e_x + ((N_q − N_q^+)/M_q) Σ_{x other} e_x ) / N_q
 
       with ``e_x = exp(h(x) − h(x_i))`` and the anchor's own term ``e_i = 1`` counted once (the anchor is always
-      in its own list: as for :class:`~fccolit.objectives.ap.AveragePrecision`'s ``"reweighted"``). It is
+      in its own list: as for :class:`~fccolit.objectives.ap.AveragePrecisionSurrogate`'s ``"reweighted"``). It is
       exact for full lists too. Needs ``num_items`` and ``num_relevant``.
 
     Sampling of the pairs: the rows of a batch are its relevant entries and algorithms average over them, so
@@ -93,7 +96,7 @@ class ListwiseCE(FCCOObjective):
     batch_fields: ClassVar[tuple[str, ...]] = ("relevance", "pair_index", "mask", "num_items", "num_relevant")
     default_metrics: ClassVar[tuple[str, ...]] = ("ndcg@10", "ndcg")
 
-    def __init__(self, relevance_weight: str = "linear", inner_estimator: str = "list_mean") -> None:
+    def __init__(self, relevance_weight: RelevanceWeight = "linear", inner_estimator: InnerEstimator = "list_mean") -> None:
         super().__init__()
         check_choice("relevance_weight", relevance_weight, WEIGHTS)
         check_choice("inner_estimator", inner_estimator, INNER_ESTIMATORS)
@@ -108,7 +111,7 @@ class ListwiseCE(FCCOObjective):
             if bad.numel():
                 r = int(bad[0])
                 raise ValueError(
-                    f"ListwiseCE({why}): batch row {r} holds {int(in_list[r])} of its query's "
+                    f"{type(self).__name__}({why}): batch row {r} holds {int(in_list[r])} of its query's "
                     f"{int(batch['num_relevant'][r])} relevant items, so the weight's normalizer cannot be taken from "
                     "the list: add the batch field 'relevance_sum' (Σ of the query's relevance) or use full lists"
                 )
@@ -166,7 +169,7 @@ class ListwiseCE(FCCOObjective):
         return (context["weight"] / u[:, 0]).unsqueeze(-1)
 
 
-class SOLCListwiseCE(ListwiseCE):
+class SOLCListwiseCELoss(ListwiseCELoss):
     r"""Listwise cross-entropy as SOLC optimizes it, the warm-up objective of SONG / K-SONG (Qiu et al., ICML 2022).
 
     Qiu et al.'s App. B.
@@ -177,7 +180,7 @@ class SOLCListwiseCE(ListwiseCE):
              = \frac{1}{N} \sum_q \sum_{i \in S_q^+} f_{q,i}(g_{q,i}), \quad
         g_{q,i} = \frac{1}{N_q}\sum_{j \in S_q} e^{h_j - h_i}, \quad f_{q,i}(u) = \frac{\ln u + \ln N_q}{N_q}
 
-    It is :class:`ListwiseCE` (whose inner value, f and ∇f = weight/u it reuses) with
+    It is :class:`ListwiseCELoss` (whose inner value, f and ∇f = weight/u it reuses) with
     the pair weight ``P = 1`` per relevant item (``relevance_weight="none"``, as printed; ``"uniform"`` /
     ``"linear"`` give ListNet's normalized targets), times ``1/N_q`` (``list_size_weight=True``, as printed: App. B
     and §6; False drops it, as LibAUC's ``ListwiseCELoss`` does), times the row weight of ``normalization``
@@ -192,9 +195,9 @@ class SOLCListwiseCE(ListwiseCE):
 
     def __init__(
         self,
-        relevance_weight: str = "none",
-        inner_estimator: str = "list_mean",
-        normalization: str = "per_query",
+        relevance_weight: RelevanceWeight = "none",
+        inner_estimator: InnerEstimator = "list_mean",
+        normalization: Normalization = "per_query",
         list_size_weight: bool = True,
     ) -> None:
         super().__init__(relevance_weight=relevance_weight, inner_estimator=inner_estimator)

@@ -8,14 +8,15 @@ References:
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 
+from fccolit._checks import check_choice
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 
 
-class NCA(FCCOObjective):
+class NCALoss(FCCOObjective):
     r"""NCA: learn an embedding ``z = A x`` in which each point's stochastic nearest neighbour has its class.
 
     .. math::
@@ -73,10 +74,9 @@ class NCA(FCCOObjective):
     batch_fields: ClassVar[tuple[str, ...]] = ("y", "index")
     default_metrics: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, inner_scale: str = "mean") -> None:
+    def __init__(self, inner_scale: Literal["mean", "sum"] = "mean") -> None:
         super().__init__()
-        if inner_scale not in ("mean", "sum"):
-            raise ValueError(f"inner_scale must be 'mean' or 'sum', got {inner_scale!r}")
+        check_choice("inner_scale", inner_scale, ("mean", "sum"))
         self.inner_scale = inner_scale
 
     def _scale(self, batch_size: int) -> float:
@@ -90,7 +90,7 @@ class NCA(FCCOObjective):
         y = batch["y"].reshape(-1)
         b = z.shape[0]
         if b < 2:
-            raise ValueError(f"NCA needs at least 2 points in a batch (each anchor's inner set is the rest), got {b}")
+            raise ValueError(f"NCALoss needs at least 2 points in a batch (each anchor's inner set is the rest), got {b}")
         diff = z.unsqueeze(1) - z.unsqueeze(0)  # [B, B, k]
         kernel = torch.exp(-diff.square().sum(-1))  # [B, B]: k_ij (the diagonal is excluded below)
         others = ~torch.eye(b, dtype=torch.bool, device=z.device)
@@ -100,7 +100,7 @@ class NCA(FCCOObjective):
         if value.device.type == "cpu" and bool((value[:, 1] == 0).any()):
             rows = torch.nonzero(value[:, 1] == 0).flatten()[:10].tolist()
             raise FloatingPointError(
-                f"NCA: at batch positions {rows} every kernel value exp(−‖z_i − z_j‖²) underflowed to 0 (the "
+                f"NCALoss: at batch positions {rows} every kernel value exp(−‖z_i − z_j‖²) underflowed to 0 (the "
                 "embedding's distances are too large), so u_2 = 0 and f = −u_1/u_2 is undefined: scale down the "
                 "features or the initial map A, or lower the learning rate."
             )

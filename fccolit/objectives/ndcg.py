@@ -3,7 +3,7 @@
 
 Both read the ranking batch (:mod:`fccolit.objectives.ranking_batch`: its fields, anchors, and the
 ``inner_estimator`` / ``normalization`` choices every ranking objective shares). SOLC's listwise cross-entropy, the
-warm-up objective of SONG / K-SONG, is :class:`fccolit.objectives.listwise.SOLCListwiseCE`.
+warm-up objective of SONG / K-SONG, is :class:`fccolit.objectives.listwise.SOLCListwiseCELoss`.
 
 References:
     * Qiu et al. (ICML 2022): Zi-Hao Qiu, Quanqi Hu, Yongjian Zhong, Lijun Zhang and Tianbao Yang, "Large-scale
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -23,11 +23,14 @@ import torch.nn.functional as F
 from fccolit._checks import check_choice
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.objectives.ranking_batch import (
-    INNER_ESTIMATORS, NORMALIZATIONS, anchor_item_weights, anchors, field, list_mask, query_item_weights, row_weights,
+    INNER_ESTIMATORS, NORMALIZATIONS, InnerEstimator, Normalization, anchor_item_weights, anchors, field, list_mask,
+    query_item_weights, row_weights,
 )
-from fccolit.surrogates import pairwise_surrogate
+from fccolit.surrogates import SurrogateName, pairwise_surrogate
 
-SELECTORS = ("sigmoid", "squared_hinge")
+#: the smooth selectors ψ of :class:`TopKNDCGSurrogate` (``selector``)
+Selector = Literal["sigmoid", "squared_hinge"]
+SELECTORS: tuple[str, ...] = get_args(Selector)
 _LN2 = math.log(2.0)
 
 
@@ -49,7 +52,7 @@ class RankingObjective(FCCOObjective):
     batch_fields: ClassVar[tuple[str, ...]] = ("query", "relevance", "pair_index", "mask", "num_items", "num_relevant")
     default_metrics: ClassVar[tuple[str, ...]] = ("ndcg@1", "ndcg@3", "ndcg@5")
 
-    def __init__(self, normalization: str = "per_query", inner_estimator: str = "list_mean") -> None:
+    def __init__(self, normalization: Normalization = "per_query", inner_estimator: InnerEstimator = "list_mean") -> None:
         super().__init__()
         check_choice("normalization", normalization, NORMALIZATIONS)
         check_choice("inner_estimator", inner_estimator, INNER_ESTIMATORS)
@@ -98,11 +101,11 @@ class NDCGSurrogate(RankingObjective):
 
     def __init__(
         self,
-        surrogate: str = "squared_hinge",
+        surrogate: SurrogateName = "squared_hinge",
         margin: float = 1.0,
         scale: float = 1.0,
-        normalization: str = "per_query",
-        inner_estimator: str = "list_mean",
+        normalization: Normalization = "per_query",
+        inner_estimator: InnerEstimator = "list_mean",
     ) -> None:
         super().__init__(normalization, inner_estimator)
         self.surrogate, self.margin, self.scale = surrogate, float(margin), float(scale)
@@ -227,9 +230,11 @@ class TopKNDCGSurrogate(NDCGSurrogate):
     Args:
         top_k: K (Table 4: 10 for learning to rank, 300 for recommendation).
         epsilon: ε of Lemma 5.1 / eq. (4); eq. (6), the authors' code and LibAUC drop it (ε = 0, the default).
-        tau1, tau2: τ1, τ2 of the smoothing (not given in the paper; LibAUC's 0.01 and 1e-4).
+        threshold_smoothing: τ1, the temperature of the softplus ``τ1 ln(1 + e^{(h − λ)/τ1})`` that smooths
+            ``[h − λ]_+`` in L_q (not given in the paper; LibAUC's 0.01).
+        threshold_regularization: τ2, the weight of ``(τ2/2) λ²`` that makes L_q strongly convex (LibAUC's 1e-4).
         selector: ψ: ``"sigmoid"`` (σ(α s), default) or ``"squared_hinge"`` (max(s, 0)², Lemma 5.2's remark).
-        selector_alpha: α of the sigmoid ψ (LibAUC's 2.0; an assumption, the paper gives no value).
+        selector_slope: α of the sigmoid ψ (LibAUC's 2.0; an assumption, the paper gives no value).
         (the rest): see :class:`NDCGSurrogate`; the lower level uses the same ``inner_estimator``.
     """
 
@@ -240,26 +245,30 @@ class TopKNDCGSurrogate(NDCGSurrogate):
         self,
         top_k: int = 10,
         epsilon: float = 0.0,
-        tau1: float = 0.01,
-        tau2: float = 1e-4,
-        selector_alpha: float = 2.0,
-        selector: str = "sigmoid",
-        surrogate: str = "squared_hinge",
+        threshold_smoothing: float = 0.01,
+        threshold_regularization: float = 1e-4,
+        selector_slope: float = 2.0,
+        selector: Selector = "sigmoid",
+        surrogate: SurrogateName = "squared_hinge",
         margin: float = 1.0,
         scale: float = 1.0,
-        normalization: str = "per_query",
-        inner_estimator: str = "list_mean",
+        normalization: Normalization = "per_query",
+        inner_estimator: InnerEstimator = "list_mean",
     ) -> None:
         super().__init__(surrogate, margin, scale, normalization, inner_estimator)
         if int(top_k) < 1:
             raise ValueError(f"top_k (K) must be >= 1, got {top_k}")
         if not 0.0 <= epsilon < 1.0:
             raise ValueError(f"epsilon (ε) must be in [0, 1), got {epsilon}")
-        if tau1 <= 0 or tau2 <= 0:
-            raise ValueError(f"tau1 and tau2 must be > 0 (L_q is then smooth and τ2-strongly convex), got {tau1}, {tau2}")
+        if threshold_smoothing <= 0 or threshold_regularization <= 0:
+            raise ValueError(
+                "threshold_smoothing (τ1) and threshold_regularization (τ2) must be > 0 (L_q is then smooth and "
+                f"τ2-strongly convex), got {threshold_smoothing}, {threshold_regularization}"
+            )
         check_choice("selector", selector, SELECTORS)
         self.top_k, self.epsilon = int(top_k), float(epsilon)
-        self.tau1, self.tau2, self.selector_alpha = float(tau1), float(tau2), float(selector_alpha)
+        self.threshold_smoothing, self.threshold_regularization = float(threshold_smoothing), float(threshold_regularization)
+        self.selector_slope = float(selector_slope)
         self.selector_kind = selector
 
     # ------------------------------------------------------------------ the selector ψ
@@ -267,14 +276,14 @@ class TopKNDCGSurrogate(NDCGSurrogate):
         """``ψ(s) = σ(α s)`` (``selector="sigmoid"``) or ``max(s, 0)²`` (``"squared_hinge"``)."""
         if self.selector_kind == "squared_hinge":
             return torch.relu(s).square()
-        return torch.sigmoid(self.selector_alpha * s)
+        return torch.sigmoid(self.selector_slope * s)
 
     def selector_grad(self, s: torch.Tensor) -> torch.Tensor:
         """``ψ'(s) = α σ(α s)(1 − σ(α s))`` (sigmoid) or ``2 max(s, 0)`` (squared hinge)."""
         if self.selector_kind == "squared_hinge":
             return 2.0 * torch.relu(s)
-        p = torch.sigmoid(self.selector_alpha * s)
-        return self.selector_alpha * p * (1.0 - p)
+        p = torch.sigmoid(self.selector_slope * s)
+        return self.selector_slope * p * (1.0 - p)
 
     # ------------------------------------------------------------------ the lower level
     def _lower_inputs(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -286,19 +295,19 @@ class TopKNDCGSurrogate(NDCGSurrogate):
     def lower_objective(self, lam: torch.Tensor, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """``L_q(λ; w; B_q)`` for each query row, ``[B]`` (eq. (6), with ε)."""
         c, slope = self._lower_inputs(scores, batch)
-        soft = self.tau1 * F.softplus((scores - lam.unsqueeze(1)) / self.tau1)
-        return slope * lam + 0.5 * self.tau2 * lam.square() + torch.where(c > 0, c * soft, torch.zeros_like(soft)).sum(1)
+        soft = self.threshold_smoothing * F.softplus((scores - lam.unsqueeze(1)) / self.threshold_smoothing)
+        return slope * lam + 0.5 * self.threshold_regularization * lam.square() + torch.where(c > 0, c * soft, torch.zeros_like(soft)).sum(1)
 
     @torch.no_grad()
     def lower_level(self, scores: torch.Tensor, batch: dict[str, torch.Tensor], lam: torch.Tensor) -> LowerLevel:
         """Closed-form ``∂_λ L_q``, ``∂²_λ L_q`` and the weights of ``∇_w λ̂`` at ``λ`` ``[B]`` (Qiu et al., §5)."""
         scores = scores.detach()
         c, slope = self._lower_inputs(scores, batch)
-        sig = torch.sigmoid((scores - lam.to(scores.dtype).unsqueeze(1)) / self.tau1)
+        sig = torch.sigmoid((scores - lam.to(scores.dtype).unsqueeze(1)) / self.threshold_smoothing)
         sig = torch.where(c > 0, sig, torch.zeros_like(sig))
-        weights = c * sig * (1.0 - sig) / self.tau1
-        grad = slope + self.tau2 * lam.to(scores.dtype) - (c * sig).sum(1)
-        return LowerLevel(grad=grad, hess=self.tau2 + weights.sum(1), weights=weights)
+        weights = c * sig * (1.0 - sig) / self.threshold_smoothing
+        grad = slope + self.threshold_regularization * lam.to(scores.dtype) - (c * sig).sum(1)
+        return LowerLevel(grad=grad, hess=self.threshold_regularization + weights.sum(1), weights=weights)
 
     @torch.no_grad()
     def share_above(

@@ -45,6 +45,8 @@ References:
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 
 from fccolit.objectives.base import FCCOObjective, InnerBatch
@@ -57,11 +59,13 @@ __all__ = [
     "GapPenalty",
     "make_penalty",
     "PENALTIES",
+    "PenaltyName",
     "CompositeObjective",
 ]
 
 #: Accepted ``penalty`` names of :func:`make_penalty`.
-PENALTIES = ("hinge", "smoothed_hinge", "squared_hinge")
+PenaltyName = Literal["hinge", "smoothed_hinge", "squared_hinge"]
+PENALTIES: tuple[str, ...] = get_args(PenaltyName)
 
 
 def _check_lam(lam: float) -> float:
@@ -221,36 +225,37 @@ class SmoothedHinge(OuterFunction):
 
     Args:
         rho: ρ > 0, the penalty weight.
-        lam: λ > 0, the smoothing parameter (the paper takes λ = ε/ρ; the ROC-fairness grid is {2e-2, 2e-3, 2e-4}).
+        smoothing: λ > 0, the smoothing parameter of the Moreau envelope (the paper takes λ = ε/ρ; the ROC-fairness
+            grid is {2e-2, 2e-3, 2e-4}).
     """
 
     smooth = True
 
-    def __init__(self, rho: float = 1.0, lam: float = 0.01) -> None:
-        if not float(lam) > 0.0:
-            raise ValueError(f"the smoothed hinge needs λ (lam) > 0, got {lam}; use Hinge for λ = 0")
+    def __init__(self, rho: float = 1.0, smoothing: float = 0.01) -> None:
+        if not float(smoothing) > 0.0:
+            raise ValueError(f"the smoothed hinge needs smoothing (λ) > 0, got {smoothing}; use Hinge for λ = 0")
         self.hinge = Hinge(rho)
-        self.rho, self.lam = self.hinge.rho, float(lam)
+        self.rho, self.smoothing = self.hinge.rho, float(smoothing)
         self.lipschitz = self.rho
 
     def value(self, u: torch.Tensor) -> torch.Tensor:
-        return self.hinge.envelope(u, self.lam)
+        return self.hinge.envelope(u, self.smoothing)
 
     def grad(self, u: torch.Tensor) -> torch.Tensor:
-        return self.hinge.envelope_grad(u, self.lam)
+        return self.hinge.envelope_grad(u, self.smoothing)
 
     def prox(self, u: torch.Tensor, lam: float) -> torch.Tensor:
         lam = _check_lam(lam)
-        return u - lam * self.hinge.envelope_grad(u, self.lam + lam)
+        return u - lam * self.hinge.envelope_grad(u, self.smoothing + lam)
 
     def envelope(self, u: torch.Tensor, lam: float) -> torch.Tensor:
-        return self.hinge.envelope(u, self.lam + _check_lam(lam))
+        return self.hinge.envelope(u, self.smoothing + _check_lam(lam))
 
     def envelope_grad(self, u: torch.Tensor, lam: float) -> torch.Tensor:
-        return self.hinge.envelope_grad(u, self.lam + _check_lam(lam))
+        return self.hinge.envelope_grad(u, self.smoothing + _check_lam(lam))
 
     def __repr__(self) -> str:
-        return f"SmoothedHinge(rho={self.rho}, lam={self.lam})"
+        return f"SmoothedHinge(rho={self.rho}, smoothing={self.smoothing})"
 
 
 class GapPenalty(OuterFunction):
@@ -324,19 +329,19 @@ class GapPenalty(OuterFunction):
         return f"GapPenalty({self.penalty!r}, kappa={self.kappa})"
 
 
-def make_penalty(name: str, rho: float, lam: float | None = None) -> OuterFunction:
+def make_penalty(name: PenaltyName, rho: float, smoothing: float | None = None) -> OuterFunction:
     """The scalar penalty named ``name``: ``"hinge"`` (ρ[x]_+), ``"smoothed_hinge"`` (its Huber form with λ) or
-    ``"squared_hinge"`` (ρ[x]_+²). ``lam`` is only accepted (and required) for ``"smoothed_hinge"``."""
+    ``"squared_hinge"`` (ρ[x]_+²). ``smoothing`` (λ) is only accepted (and required) for ``"smoothed_hinge"``."""
     if name not in PENALTIES:
         raise ValueError(f"unknown penalty {name!r}; choose one of {', '.join(PENALTIES)}")
     if name == "smoothed_hinge":
-        if lam is None:
-            raise ValueError("penalty='smoothed_hinge' needs its smoothing parameter: pass lam (λ > 0)")
-        return SmoothedHinge(rho, lam)
-    if lam is not None:
+        if smoothing is None:
+            raise ValueError("penalty='smoothed_hinge' needs its smoothing parameter: pass smoothing (λ > 0)")
+        return SmoothedHinge(rho, smoothing)
+    if smoothing is not None:
         raise ValueError(
-            f"lam={lam} only applies to penalty='smoothed_hinge'; to smooth a '{name}' penalty give λ to the "
-            "algorithm instead (SONEX(lam=...), ALEXR2(lam=...))"
+            f"smoothing={smoothing} only applies to penalty='smoothed_hinge'; to smooth a '{name}' penalty give λ to "
+            "the algorithm instead (SONEX(lam=...), ALEXR2(lam=...))"
         )
     return Hinge(rho) if name == "hinge" else SquaredHinge(rho)
 

@@ -9,11 +9,11 @@ Both problems minimise, for one or more rows ``r`` of a loss matrix ``S ∈ R^{R
     F(w) = \frac{1}{R} \sum_{r=1}^{R} \frac{φ_n(S_r(w)) - φ_m(S_r(w))}{n - m}, \qquad
     φ_l(S) = \sum_{k=1}^{l} s_{[k]}, \qquad m = αN,\; n = βN
 
-* pAUC in an FPR range (:class:`PartialAUCRange`, eq. (3)): one row per positive ``i``, one column per
+* pAUC in an FPR range (:class:`PartialAUCRangeSurrogate`, eq. (3)): one row per positive ``i``, one column per
   negative ``j``, ``s_ij = ℓ(h(x_i⁺) − h(x_j⁻))`` with ℓ non-increasing. Because ℓ is monotone, the entries ranked
   ``m+1..n`` of every row are the pairs with the negatives ranked ``m+1..n`` by score, so ``F`` is the surrogate of
   the normalised empirical pAUC of eq. (2) (FPR ∈ [α, β]).
-* sum of ranked range (:class:`SumOfRankedRange`, eq. (7), "SoRR"): one row, one column per sample,
+* sum of ranked range (:class:`SumOfRankedRangeLoss`, eq. (7), "SoRR"): one row, one column per sample,
   ``s_j = ℓ(h(x_j), y_j)``; it ignores the ``m`` largest losses (outliers) and the easy ones below rank ``n``.
 
 Because ``φ_n − φ_m`` is a difference of convex functions of the losses, ``F`` is the DC program of eqs. (5)–(6):
@@ -25,7 +25,7 @@ the threshold ("dual") form of the top-l sum, eq. (12), computed by :func:`thres
 Non-integer ``αN`` / ``βN``: ``φ_l`` for real ``l ∈ [0, N]`` is the value of the LP (11),
 ``max {Σ_j p_j s_j : Σ_j p_j = l, 0 ≤ p_j ≤ 1}``, i.e. the top-⌊l⌋ sum plus ``(l − ⌊l⌋)·s_[⌊l⌋+1]``; its dual is
 still eq. (12). The boundary entries then count fractionally, exactly like the fractional boundary negatives of
-:func:`fccolit.metrics.functional.partial_auc_sorted_negatives`, so no rounding rule has to be chosen (the paper assumes
+:func:`fccolit.metrics.partial_auc_sorted_negatives`, so no rounding rule has to be chosen (the paper assumes
 ``αN₋``, ``βN₋`` integers).
 
 Scale. Everything here is normalised by the number of entries (``f̃^l = f^l / (N₊N₋)`` for pAUC, ``f^l / N`` for
@@ -40,12 +40,13 @@ References:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
 
-from fccolit.surrogates import pairwise_surrogate, sigmoid_scores
+from fccolit._checks import check_choice
+from fccolit.surrogates import SurrogateName, pairwise_surrogate, sigmoid_scores
 
 __all__ = [
     "top_sum",
@@ -54,8 +55,8 @@ __all__ = [
     "ranked_range_mean",
     "RankedRangeBatch",
     "RankedRangeObjective",
-    "PartialAUCRange",
-    "SumOfRankedRange",
+    "PartialAUCRangeSurrogate",
+    "SumOfRankedRangeLoss",
 ]
 
 
@@ -197,8 +198,8 @@ class RankedRangeObjective(nn.Module):
     and have none of its ``inner`` / ``outer`` / ``outer_grad`` / ``inner_dim`` / ``state_bounds``: asking for one
     (a SOX-type algorithm given a ranked-range objective) raises a ``TypeError`` that names the right algorithms.
 
-    Subclasses implement :meth:`losses`. ``alpha`` and ``beta`` are the shares ``m/N`` and ``n/N`` of the column
-    population (FPR range for pAUC); ``surrogate`` / ``margin`` / ``scale`` name the loss ℓ from
+    Subclasses implement :meth:`losses`. The attributes ``alpha`` and ``beta`` are the shares ``m/N`` and ``n/N``
+    of the column population (α, β; the FPR range for pAUC), which the algorithms read; ``surrogate`` / ``margin`` / ``scale`` name the loss ℓ from
     :mod:`fccolit.surrogates` as a function of the margin ``d`` (non-decreasing in ``d``).
 
     What the algorithms read (the class attributes mean what they mean on an FCCOObjective):
@@ -220,13 +221,20 @@ class RankedRangeObjective(nn.Module):
     state_rows: ClassVar[str] = "num_positives"
     default_metrics: tuple[str, ...] = ()
 
+    #: the constructor's names of the range (α, β), for the error messages
+    range_names: ClassVar[tuple[str, str]] = ("share_min", "share_max")
+
     def __init__(
-        self, alpha: float, beta: float, surrogate: str = "logistic", margin: float = 1.0, scale: float = 1.0
+        self, share_min: float, share_max: float, surrogate: SurrogateName = "logistic", margin: float = 1.0,
+        scale: float = 1.0,
     ) -> None:
         super().__init__()
-        alpha, beta = float(alpha), float(beta)
+        alpha, beta = float(share_min), float(share_max)
         if not 0.0 <= alpha < beta <= 1.0:
-            raise ValueError(f"{type(self).__name__}: need 0 <= alpha < beta <= 1, got alpha={alpha}, beta={beta}")
+            low, high = self.range_names
+            raise ValueError(
+                f"{type(self).__name__}: need 0 <= {low} < {high} <= 1 (the paper's α, β), got {low}={alpha}, {high}={beta}"
+            )
         self.alpha, self.beta = alpha, beta
         self.surrogate, self.margin, self.scale = surrogate, margin, scale
         self.loss = pairwise_surrogate(surrogate, margin, scale)
@@ -299,7 +307,7 @@ class RankedRangeObjective(nn.Module):
         return super().__getattr__(name)
 
 
-class PartialAUCRange(RankedRangeObjective):
+class PartialAUCRangeSurrogate(RankedRangeObjective):
     r"""Surrogate of the normalised partial AUC on the FPR range [α, β], minimised (Yao, Lin & Yang, NeurIPS 2022).
 
     Their eq. (3):
@@ -312,7 +320,7 @@ class PartialAUCRange(RankedRangeObjective):
     with ``[j]`` the negative of rank ``j`` by score (highest first). One threshold row per positive
     (``pos_index``). ``surrogate="logistic"`` (the default, the paper's ``ℓ(z) = log(1 + e^{−z})``) gives
     ``s_ij = log(1 + exp(scale·(h_j⁻ − h_i⁺)))``; any surrogate of :mod:`fccolit.surrogates` is accepted (all are
-    non-increasing in the margin ``h_i⁺ − h_j⁻`` as the DC form needs). ``alpha = 0, beta = 1`` is the plain
+    non-increasing in the margin ``h_i⁺ − h_j⁻`` as the DC form needs). ``fpr_min = 0, fpr_max = 1`` is the plain
     pairwise AUC surrogate.
 
     Score transform. ``score_transform="identity"`` (the default, the paper's eq. (3)) takes the pair margin on the
@@ -324,7 +332,7 @@ class PartialAUCRange(RankedRangeObjective):
     beyond "ℓ(z) = log(1 + e^{−z})" on a linear h; this is an option, not the paper's setting.
 
     Args:
-        alpha, beta: the FPR range (default [0.05, 0.5], the paper's test range).
+        fpr_min, fpr_max: the FPR range [α, β] (default [0.05, 0.5], the paper's test range).
         surrogate, margin, scale: ℓ (see :func:`fccolit.surrogates.pairwise_surrogate`).
         score_transform: ``"identity"`` (paper) or ``"sigmoid"`` (see above).
 
@@ -333,19 +341,19 @@ class PartialAUCRange(RankedRangeObjective):
     """
 
     SCORE_TRANSFORMS: ClassVar[tuple[str, ...]] = ("identity", "sigmoid")
+    range_names: ClassVar[tuple[str, str]] = ("fpr_min", "fpr_max")
 
     def __init__(
         self,
-        alpha: float = 0.05,
-        beta: float = 0.5,
-        surrogate: str = "logistic",
+        fpr_min: float = 0.05,
+        fpr_max: float = 0.5,
+        surrogate: SurrogateName = "logistic",
         margin: float = 1.0,
         scale: float = 1.0,
-        score_transform: str = "identity",
+        score_transform: Literal["identity", "sigmoid"] = "identity",
     ) -> None:
-        super().__init__(alpha, beta, surrogate, margin, scale)
-        if score_transform not in self.SCORE_TRANSFORMS:
-            raise ValueError(f"score_transform must be one of {self.SCORE_TRANSFORMS}, got {score_transform!r}")
+        super().__init__(fpr_min, fpr_max, surrogate, margin, scale)
+        check_choice("score_transform", score_transform, self.SCORE_TRANSFORMS)
         self.score_transform = score_transform
         self.default_metrics = (f"pauc_{self.alpha:g}_{self.beta:g}", "auroc")
 
@@ -391,7 +399,7 @@ class PartialAUCRange(RankedRangeObjective):
         return grad
 
 
-class SumOfRankedRange(RankedRangeObjective):
+class SumOfRankedRangeLoss(RankedRangeObjective):
     r"""The sum-of-ranked-range loss (Yao, Lin & Yang, NeurIPS 2022, eq. (7); Hu et al. 2020), normalised by ``n − m``.
 
     .. math::
@@ -410,7 +418,7 @@ class SumOfRankedRange(RankedRangeObjective):
     taken as uniform.
 
     Args:
-        alpha, beta: the ranked range as shares of the N losses (default [0.05, 0.5]; the paper's LIBSVM runs use
+        share_min, share_max: the ranked range (α, β] as shares of the N losses (default [0.05, 0.5]; the paper's LIBSVM runs use
             m = 10³ and n = 2·10⁴ out of N ≈ 3–6·10⁴).
         surrogate, margin, scale: ℓ as a function of ``−y±·h``.
         reweight: importance-weight the classes of a stratified batch (see above).
@@ -418,14 +426,14 @@ class SumOfRankedRange(RankedRangeObjective):
 
     def __init__(
         self,
-        alpha: float = 0.05,
-        beta: float = 0.5,
-        surrogate: str = "logistic",
+        share_min: float = 0.05,
+        share_max: float = 0.5,
+        surrogate: SurrogateName = "logistic",
         margin: float = 1.0,
         scale: float = 1.0,
         reweight: bool = True,
     ) -> None:
-        super().__init__(alpha, beta, surrogate, margin, scale)
+        super().__init__(share_min, share_max, surrogate, margin, scale)
         self.reweight = reweight
         self.positive_share: float | None = None
         self.default_metrics = ("auroc", "ap")
@@ -443,7 +451,7 @@ class SumOfRankedRange(RankedRangeObjective):
             return None
         if self.positive_share is None:
             raise RuntimeError(
-                "SumOfRankedRange(reweight=True) needs the share of positives in the training data to undo the "
+                "SumOfRankedRangeLoss(reweight=True) needs the share of positives in the training data to undo the "
                 "stratified sampling: build it through an fccolit algorithm module (which calls bind_sizes with the "
                 "DataModule's sizes), call bind_sizes(datamodule.sizes), or pass reweight=False."
             )

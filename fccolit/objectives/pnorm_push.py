@@ -14,10 +14,10 @@ from typing import ClassVar
 import torch
 
 from fccolit.objectives.base import FCCOObjective, InnerBatch
-from fccolit.surrogates import pairwise_surrogate
+from fccolit.surrogates import SurrogateName, pairwise_surrogate
 
 
-class PNormPush(FCCOObjective):
+class PNormPushLoss(FCCOObjective):
     r"""p-norm push: push every negative below the positives, with a p-norm that concentrates on the top.
 
     .. math::
@@ -66,10 +66,10 @@ class PNormPush(FCCOObjective):
     batch_fields: ClassVar[tuple[str, ...]] = ("y", "neg_index")
     default_metrics: ClassVar[tuple[str, ...]] = ("ap", "auroc", "pauc_0_0.1")
 
-    def __init__(self, p: float = 4.0, surrogate: str = "exp", scale: float = 1.0, margin: float = 1.0) -> None:
+    def __init__(self, p: float = 4.0, surrogate: SurrogateName = "exp", scale: float = 1.0, margin: float = 1.0) -> None:
         super().__init__()
         if not p > 1.0:
-            raise ValueError(f"PNormPush needs p > 1 (the paper uses p = 4), got p={p}")
+            raise ValueError(f"PNormPushLoss needs p > 1 (the paper uses p = 4), got p={p}")
         self.p, self.surrogate, self.scale, self.margin = float(p), surrogate, float(scale), float(margin)
         self.loss = pairwise_surrogate(surrogate, margin, scale)
 
@@ -88,7 +88,7 @@ class PNormPush(FCCOObjective):
         positive = batch["y"].reshape(-1) == 1
         if s.device.type == "cpu" and not bool(positive.any()):
             raise ValueError(
-                "PNormPush: the batch holds no positive example, so no negative has an inner sample; use a batch "
+                "PNormPushLoss: the batch holds no positive example, so no negative has an inner sample; use a batch "
                 "sampler that puts positives in every batch (fccolit.samplers.DualSampler)."
             )
         anchors = (batch["neg_index"].reshape(-1) >= 0).nonzero().flatten()

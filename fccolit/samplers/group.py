@@ -184,7 +184,7 @@ class StratifiedBatchSampler(RankAwareBatchSampler):
 
     Under DDP rank ``r`` of ``W`` gets the slice ``[r::W]`` of each block (``batch_size`` a multiple of W): the
     ranks share a block's rows, so use it with objectives evaluated on the gathered global batch
-    (``needs_global_batch``, e.g. :class:`~fccolit.objectives.constrained.ROCFairnessAUC`).
+    (``needs_global_batch``, e.g. :class:`~fccolit.objectives.constrained.ROCFairnessAUCObjective`).
 
     Args:
         cells: ``[N]`` cell id (>= 0) of every training sample.

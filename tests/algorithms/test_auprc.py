@@ -23,7 +23,7 @@ from lightning.pytorch import Callback
 from fccolit.algorithms.sox import ADAP, MOAPV1, MOAPV2, SOAP
 from fccolit.callbacks.schedules import InverseSqrtSchedule
 from fccolit.models import LinearScorer
-from fccolit.objectives import AveragePrecision
+from fccolit.objectives import AveragePrecisionSurrogate
 from fccolit.optim import AdaptiveMomentum, Momentum
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def sizes_of(x, y):
 
 def make(cls, x, y, optimizer, project=True, **kw):
     torch.manual_seed(0)
-    module = cls(LinearScorer(bias=False), AveragePrecision(margin=MARGIN, project=project), optimizer=optimizer,
+    module = cls(LinearScorer(bias=False), AveragePrecisionSurrogate(margin=MARGIN, project=project), optimizer=optimizer,
                  data_sizes=sizes_of(x, y), state_dtype="float64", **kw)
     return module.double()
 
@@ -70,7 +70,7 @@ def fit(module, batches, callbacks=()):
 def omega(n, m, margin=MARGIN):
     """Ω on the mean scale for sigmoid scores and the squared hinge (C = γ², M = (1 + γ)²) with the batch-mean
     inner estimate: Wang et al.'s box ``u1 ≤ M m/n, C/n ≤ u2 ≤ M``, except that a dual batch may hold more than the
-    share m/n of positives, so ``u1 ≤ M`` (AveragePrecision's docstring)."""
+    share m/n of positives, so ``u1 ≤ M`` (AveragePrecisionSurrogate's docstring)."""
     c, big_m = margin**2, (1 + margin) ** 2
     lower = torch.tensor([-math.inf, c / n], dtype=torch.float64)
     upper = torch.tensor([big_m, big_m], dtype=torch.float64)

@@ -21,7 +21,7 @@ from fccolit.cli import main
 from fccolit.data import identity_collate
 from fccolit.datamodules.bdd100k import DEFAULT_CLASSES, BDD100KDataModule, class_prompts
 from fccolit.models.vision import CLIPClassifier, write_tiny_clip
-from fccolit.objectives import ContinualLearning
+from fccolit.objectives import ContinualLearningObjective
 from fccolit.optim import AdaptiveMomentum
 from fccolit.samplers import SequentialShardSampler
 
@@ -77,7 +77,7 @@ def test_constraints_and_contrastive_objective_equal_a_direct_computation(clip_d
     model = tiny_clip(clip_dir)
     old_reference = copy.deepcopy(model).eval()
     slack = [0.0, 0.01, 0.0, 0.02, 0.0]
-    objective = ContinualLearning(target=FOGGY, slack=slack, class_names=DEFAULT_CLASSES["weather"]).double()
+    objective = ContinualLearningObjective(target=FOGGY, slack=slack, class_names=DEFAULT_CLASSES["weather"]).double()
     objective.bind_sizes({"num_samples": 30, "num_classes": 6, "num_outputs": 6, "num_class_5": 7})
     assert objective.num_contrast == 23  # n: the training samples of other classes
     objective.bind_model(model)
@@ -122,7 +122,7 @@ def test_constraints_and_contrastive_objective_equal_a_direct_computation(clip_d
     with pytest.raises(ValueError, match="'index'"):
         objective.contrastive.inner(scores, {"x": x, "y": labels})
     # with all of the data in the batch (n = the batch's contrast samples), the loss is the paper's sum form
-    whole = ContinualLearning(target=FOGGY, num_contrast=len(others)).double()
+    whole = ContinualLearningObjective(target=FOGGY, num_contrast=len(others)).double()
     whole.bind_sizes({"num_classes": 6})
     expected = 0.0
     for i in anchors:
@@ -131,7 +131,7 @@ def test_constraints_and_contrastive_objective_equal_a_direct_computation(clip_d
         expected += -TAU * math.log(positive / (positive + sum(math.exp(z[j, FOGGY]) for j in others)))
     assert math.isclose(float(whole.direct(scores, batch)), expected / len(anchors), rel_tol=1e-10)
     with pytest.raises(ValueError, match="num_contrast"):
-        ContinualLearning(target=FOGGY).double().direct(scores, batch)
+        ContinualLearningObjective(target=FOGGY).double().direct(scores, batch)
 
     # gradients reach the new model only
     (direct + sums.sum()).backward()
@@ -142,7 +142,7 @@ def test_constraints_and_contrastive_objective_equal_a_direct_computation(clip_d
     assert float(objective.direct(scores[:4], {"x": x[:4], "y": labels[:4], "index": batch["index"][:4]})) == 0.0
     assert float(objective.direct(scores[9:12], {"x": x[9:12], "y": labels[9:12], "index": batch["index"][9:12]})) == 0.0
     with pytest.raises(ValueError, match="protected classes must be distinct"):
-        ContinualLearning(target=FOGGY, protected=[0, FOGGY])
+        ContinualLearningObjective(target=FOGGY, protected=[0, FOGGY])
     with pytest.raises(ValueError, match="scores \\[B, C\\]"):
         objective.constraint_statistics(scores[:, 0], batch)
 
@@ -151,7 +151,7 @@ def test_at_the_start_every_constraint_is_exactly_on_its_bound(clip_dir, bdd_roo
     root, _ = bdd_root
     dm = datamodule(root, tmp_path)
     dm.setup("fit")
-    module = SONEX(tiny_clip(clip_dir), ContinualLearning(target=FOGGY), data_sizes=dm.sizes, lam=0.001,
+    module = SONEX(tiny_clip(clip_dir), ContinualLearningObjective(target=FOGGY), data_sizes=dm.sizes, lam=0.001,
                    state_dtype="float64").double()
     assert module.state.num_rows == 5
     # on the full training data, through the violation logger's reduction: h_k(w_0) = 0 exactly
@@ -169,7 +169,7 @@ def test_at_the_start_every_constraint_is_exactly_on_its_bound(clip_dir, bdd_roo
     assert torch.equal(module.state.values(), torch.zeros(5, 1, dtype=torch.float64))
     assert torch.equal(module.penalty_weights(), torch.zeros(5, dtype=torch.float64))
     # with a slack ε the bound is −ε
-    slack = ContinualLearning(target=FOGGY, slack=0.25).double()
+    slack = ContinualLearningObjective(target=FOGGY, slack=0.25).double()
     slack.bind_sizes(dm.sizes)
     slack.bind_model(module.model)
     sums, counts = slack.constraint_statistics(module(batch), batch)
@@ -197,7 +197,7 @@ def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
     gamma, gamma_prime = 0.8, 0.1
     sizes = {"num_samples": 20, "num_classes": 6, "num_outputs": 6, "num_class_5": 4}  # n = 16 contrast samples
     torch.manual_seed(0)
-    module = SONEX(tiny_clip(clip_dir), ContinualLearning(target=FOGGY), data_sizes=sizes, lam=0.001,
+    module = SONEX(tiny_clip(clip_dir), ContinualLearningObjective(target=FOGGY), data_sizes=sizes, lam=0.001,
                    ema_weight=gamma, correction_weight=gamma_prime, state_dtype="float64").double()
     objective = module.objective
     assert module.direct_state.num_rows == 20 and module.direct_state.dim == 2
@@ -250,7 +250,7 @@ def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
     assert module.direct_state.lower.tolist() == [0.0, 0.0] and module.direct_state.has_bounds
 
     # exact state (γ = 1, γ' = 0): the step is the gradient of the plug-in objective, direct() + constraints
-    exact = SONEX(copy.deepcopy(module.model), ContinualLearning(target=FOGGY), data_sizes=sizes, lam=0.001,
+    exact = SONEX(copy.deepcopy(module.model), ContinualLearningObjective(target=FOGGY), data_sizes=sizes, lam=0.001,
                   ema_weight=1.0, correction_weight=0.0, state_dtype="float64").double()
     scores = exact(b2)
     loss, _ = exact.compositional_loss(scores, b2)
@@ -270,7 +270,7 @@ def test_old_model_gets_no_gradient_and_stays_frozen_through_steps_and_a_resume(
     root, _ = bdd_root
 
     def build(model):
-        return SONEX(model, ContinualLearning(target=FOGGY), data_sizes=datamodule(root, tmp_path).sizes, lam=0.001,
+        return SONEX(model, ContinualLearningObjective(target=FOGGY), data_sizes=datamodule(root, tmp_path).sizes, lam=0.001,
                      optimizer=lambda p: AdaptiveMomentum(p, lr=1e-3, bias_correction=True))
 
     torch.manual_seed(1)
@@ -322,7 +322,7 @@ def test_old_model_from_a_checkpoint_path(clip_dir, tmp_path):
     previous = tiny_clip(clip_dir)
     perturb(previous, seed=5)
     torch.save({"state_dict": {f"model.{k}": v for k, v in previous.state_dict().items()}}, tmp_path / "stage1.ckpt")
-    objective = ContinualLearning(target=FOGGY, protected=[0, 2, 3, 4], old_weights_path=tmp_path / "stage1.ckpt")
+    objective = ContinualLearningObjective(target=FOGGY, protected=[0, 2, 3, 4], old_weights_path=tmp_path / "stage1.ckpt")
     model = tiny_clip(clip_dir)
     objective.bind_model(model)  # target overcast-style: 4 constraints, the copy's weights from the file
     assert objective.num_constraints == 4
@@ -344,7 +344,7 @@ def test_config_runs_end_to_end_through_the_cli_and_logs_every_constraint(bdd_ro
     ])
     module = result.model
     objective = module.objective
-    assert isinstance(objective, ContinualLearning) and objective.temperature == TAU and objective.target == FOGGY
+    assert isinstance(objective, ContinualLearningObjective) and objective.temperature == TAU and objective.target == FOGGY
     assert objective.protected == [0, 1, 2, 3, 4] and module.state.num_rows == 5 and module.state.visited().all()
     assert (module.lam, module.ema_weight, module.correction_weight) == (0.001, 0.8, 0.1)
     assert result.trainer.global_step == 2

@@ -31,7 +31,7 @@ from fccolit.cli import check_checkpoint_file, main
 from fccolit.datamodules import SyntheticBinaryDataModule
 from fccolit.datasets.images import ImageArrayDataset
 from fccolit.models import MLP
-from fccolit.objectives import AveragePrecision
+from fccolit.objectives import AveragePrecisionSurrogate
 from fccolit.optim import Momentum
 from fccolit.samplers import DualSampler, SampledBatch
 from fccolit.testing import cifar_arrays, write_cifar
@@ -51,7 +51,7 @@ def small_data(**overrides) -> SyntheticBinaryDataModule:
 
 def sox_with_dropout(data: SyntheticBinaryDataModule, lr: float = 0.5) -> SOX:
     seed_everything(0)
-    return SOX(MLP(hidden=[16, 8], dropout=0.3), AveragePrecision(margin=0.5),
+    return SOX(MLP(hidden=[16, 8], dropout=0.3), AveragePrecisionSurrogate(margin=0.5),
                optimizer=lambda p: Momentum(p, lr=lr, momentum_weight=0.2), ema_weight=0.3, data_sizes=data.sizes,
                metrics=["ap"])
 
@@ -202,7 +202,7 @@ model:
   class_path: fccolit.algorithms.SOX
   init_args:
     model: {class_path: fccolit.models.MLP, init_args: {hidden: [32, 16], dropout: 0.2}}
-    objective: {class_path: fccolit.objectives.AveragePrecision, init_args: {margin: 0.5}}
+    objective: {class_path: fccolit.objectives.AveragePrecisionSurrogate, init_args: {margin: 0.5}}
     ema_weight: 0.1
     optimizer: {class_path: fccolit.optim.Momentum, init_args: {lr: 0.5, momentum_weight: 0.1}}
     metrics: [ap]
@@ -308,7 +308,7 @@ def test_kill_during_a_checkpoint_write_then_resume_equals_the_uninterrupted_run
 # ---------------------------------------------------------------------------------------------- divergence
 def _binary_family(name: str, lr: float):
     from fccolit.algorithms.pauc import PAUCRange
-    from fccolit.objectives.pauc import PartialAUCRange
+    from fccolit.objectives.pauc import PartialAUCRangeSurrogate
 
     data = small_data()
     seed_everything(0)
@@ -316,21 +316,21 @@ def _binary_family(name: str, lr: float):
         return Supervised(MLP(hidden=[8]), optimizer=lambda p: torch.optim.SGD(p, lr=lr), data_sizes=data.sizes,
                           metrics=["ap"]), data
     if name == "sox":
-        return SOX(MLP(hidden=[8]), AveragePrecision(margin=0.5), optimizer=lambda p: torch.optim.SGD(p, lr=lr),
+        return SOX(MLP(hidden=[8]), AveragePrecisionSurrogate(margin=0.5), optimizer=lambda p: torch.optim.SGD(p, lr=lr),
                    ema_weight=0.3, data_sizes=data.sizes, metrics=["ap"]), data
     # the step is μ c_k / (μ + c_k) < μ: a large μ too (the proximal weight 1/μ vanishes)
-    return PAUCRange(MLP(hidden=[8]), PartialAUCRange(0.1, 0.5), mu=lr, gamma=4.0, lr=lr, inner_steps=2,
+    return PAUCRange(MLP(hidden=[8]), PartialAUCRangeSurrogate(0.1, 0.5), mu=lr, gamma=4.0, lr=lr, inner_steps=2,
                      data_sizes=data.sizes, metrics=["pauc_0.05_0.5"]), data
 
 
 def _sonex(lr: float):
     from fccolit.algorithms.sonex import SONEX
     from fccolit.datamodules.grouped import SyntheticGroupedDataModule
-    from fccolit.objectives.constrained import GroupDROCVaR
+    from fccolit.objectives.constrained import GroupDROCVaRLoss
 
     data = SyntheticGroupedDataModule(num_groups=8, max_group_size=60, imbalance=3.0, num_features=5,
                                       groups_per_batch=4, samples_per_group=6, seed=0, eval_batch_size=64)
-    return SONEX(MLP(hidden=[8]), GroupDROCVaR(ratio=0.25), lam=0.05, ema_weight=0.6, correction_weight=0.2,
+    return SONEX(MLP(hidden=[8]), GroupDROCVaRLoss(ratio=0.25), lam=0.05, ema_weight=0.6, correction_weight=0.2,
                  optimizer=lambda p: torch.optim.SGD(p, lr=lr), data_sizes=data.sizes, metrics=["auroc"]), data
 
 
@@ -338,11 +338,11 @@ def _alexr2(lr: float, root: Path):
     from fccolit.algorithms.alexr2 import ALEXR2
     from fccolit.datamodules.fairness import FairnessDataModule
     from fccolit.testing import write_adult_files
-    from fccolit.objectives.constrained import ROCFairnessAUC
+    from fccolit.objectives.constrained import ROCFairnessAUCObjective
 
     write_adult_files(root, 300, 120, seed=1)
     data = FairnessDataModule(root, "adult", batch_size=32, eval_batch_size=64, seed=0, cache_dir=root / "cache")
-    return ALEXR2(MLP(hidden=[8]), ROCFairnessAUC(rho=5.0, kappa=0.001), lam=0.01, nu=0.2, inner_lr=lr,
+    return ALEXR2(MLP(hidden=[8]), ROCFairnessAUCObjective(rho=5.0, kappa=0.001), lam=0.01, nu=0.2, inner_lr=lr,
                   inner_steps=3, constraints_per_step=10, sample_seed=3, optimizer=lambda p: torch.optim.SGD(p, lr=lr),
                   data_sizes=data.sizes, metrics=["auroc"]), data
 

@@ -36,8 +36,8 @@ from fccolit.algorithms.pauc import (
 from fccolit.data import binary_fields
 from fccolit.models import LinearScorer
 from fccolit.objectives.pauc import (
-    PartialAUCRange,
-    SumOfRankedRange,
+    PartialAUCRangeSurrogate,
+    SumOfRankedRangeLoss,
     ranked_range_mean,
     threshold_interval,
     threshold_value,
@@ -152,7 +152,7 @@ def test_pauc_objective_is_eq_3_by_brute_force_and_dc_parts():
     x, y = shifted_gaussians(7, 40, 3)
     batch = binary_fields(x, y)
     h = x @ torch.tensor([0.4, -1.0, 0.7], dtype=torch.float64)
-    obj = PartialAUCRange(0.05, 0.5)  # m = 2, n = 20
+    obj = PartialAUCRangeSurrogate(0.05, 0.5)  # m = 2, n = 20
     negatives = sorted(h[y == 0].tolist(), reverse=True)
     total = sum(math.log1p(math.exp(-(hi - negatives[j]))) for hi in h[y == 1].tolist() for j in range(2, 20))
     assert float(obj.exact_value(h, batch)) == pytest.approx(total / (7 * 18), abs=TOL)
@@ -166,12 +166,12 @@ def test_score_gradient_of_a_dc_part_in_chunks_equals_autograd():
     batch = binary_fields(x, y)
     h = (x @ torch.tensor([0.7, -0.4], dtype=torch.float64)).requires_grad_(True)
     for share in (0.0, 0.1, 0.13, 0.5):  # 0.13 · 30 = 3.9: a fractional boundary negative
-        obj = PartialAUCRange(share, 0.95)
+        obj = PartialAUCRangeSurrogate(share, 0.95)
         (expected,) = torch.autograd.grad(obj.dc_components(h, batch)[0], h)  # sorts every row of the pair matrix
         for chunk in (2, 4, 1024):
             got = obj.component_score_gradient(h, batch, share, chunk_rows=chunk)  # one shared ranking
             assert torch.allclose(got, expected, atol=TOL), (share, chunk)
-        assert torch.allclose(super(PartialAUCRange, obj).component_score_gradient(h, batch, share), expected, atol=TOL)
+        assert torch.allclose(super(PartialAUCRangeSurrogate, obj).component_score_gradient(h, batch, share), expected, atol=TOL)
         assert (float(expected.abs().max()) > 1e-4) == (share > 0)
 
 
@@ -179,7 +179,7 @@ def test_sorr_objective_and_importance_weights():
     x, y = shifted_gaussians(5, 35, 2, seed=4)
     batch = binary_fields(x, y)
     h = x @ torch.tensor([1.0, -0.5], dtype=torch.float64)
-    obj = SumOfRankedRange(0.1, 0.6)  # N = 40: m = 4, n = 24
+    obj = SumOfRankedRangeLoss(0.1, 0.6)  # N = 40: m = 4, n = 24
     bce = torch.nn.functional.binary_cross_entropy_with_logits(h, y.double(), reduction="none")
     ordered = sorted(bce.tolist(), reverse=True)
     assert float(obj.exact_value(h, batch)) == pytest.approx(sum(ordered[4:24]) / 20, abs=TOL)
@@ -202,13 +202,13 @@ def test_ranked_objectives_are_not_sox_objectives():
     x, y = shifted_gaussians(3, 9, 2)
     data = ArrayData(x, y, 6, 2)
     with pytest.raises(TypeError, match="difference-of-convex.*PAUCRange"):
-        SOX(LinearScorer(), PartialAUCRange(), data_sizes=data.sizes)
-    with pytest.raises(TypeError, match="PartialAUCRange, SumOfRankedRange"):
+        SOX(LinearScorer(), PartialAUCRangeSurrogate(), data_sizes=data.sizes)
+    with pytest.raises(TypeError, match="PartialAUCRangeSurrogate, SumOfRankedRangeLoss"):
         PAUCRange(LinearScorer(), torch.nn.Identity(), data_sizes=data.sizes)
-    with pytest.raises(TypeError, match="SumOfRankedRange"):
-        SoRR(LinearScorer(), PartialAUCRange(), data_sizes=data.sizes)
-    with pytest.raises(ValueError, match="alpha"):
-        PartialAUCRange(0.5, 0.5)
+    with pytest.raises(TypeError, match="SumOfRankedRangeLoss"):
+        SoRR(LinearScorer(), PartialAUCRangeSurrogate(), data_sizes=data.sizes)
+    with pytest.raises(ValueError, match="fpr_min"):
+        PartialAUCRangeSurrogate(0.5, 0.5)
     with pytest.raises(ValueError, match="scheduler"):
         PAUCRange(LinearScorer(), data_sizes=data.sizes, scheduler=lambda opt: None)
     with pytest.raises(ValueError, match="mu"):
@@ -242,7 +242,7 @@ def test_sbcd_steps_equal_algorithm_1_in_paper_units():
     x, y = shifted_gaussians(6, 40, 3, seed=5)
     data = ArrayData(x, y, 14, 4)  # I = 4, J = 10
     mu, c, c_lam = 3.0, 0.7, 0.2
-    module = linear_module(PAUCRange, data, w0=[0.2, -0.1, 0.3], objective=PartialAUCRange(0.2, 0.5), mu=mu, gamma=2 * mu,
+    module = linear_module(PAUCRange, data, w0=[0.2, -0.1, 0.3], objective=PartialAUCRangeSurrogate(0.2, 0.5), mu=mu, gamma=2 * mu,
                     lr=c, lambda_lr=c_lam, inner_steps=5)
     rec = PAUCRecorder()
     fit_datamodule(module, data, 2, [rec])
@@ -269,7 +269,7 @@ def test_state_machine_averages_restarts_warm_starts_and_outer_step():
     x, y = shifted_gaussians(4, 24, 2, seed=6)
     data = ArrayData(x, y, 12, 4)  # every batch holds all four positives
     mu, gamma, c = 2.0, 5.0, 0.9
-    module = linear_module(PAUCRange, data, w0=[0.5, -0.3], objective=PartialAUCRange(0.25, 0.5), mu=mu, gamma=gamma, lr=c,
+    module = linear_module(PAUCRange, data, w0=[0.5, -0.3], objective=PartialAUCRangeSurrogate(0.25, 0.5), mu=mu, gamma=gamma, lr=c,
                     inner_steps=2, inner_growth=2.0)  # T_0 = 2, T_1 = 8
     rec = PAUCRecorder()
     fit_datamodule(module, data, 20, [rec])
@@ -304,7 +304,7 @@ def test_state_machine_averages_restarts_warm_starts_and_outer_step():
 def test_alpha_zero_skips_the_m_branch_and_gamma_equal_mu_is_a_prox_point_step():
     x, y = shifted_gaussians(4, 24, 2, seed=7)
     data = ArrayData(x, y, 10, 2)
-    module = linear_module(PAUCRange, data, w0=[0.1, 0.4], objective=PartialAUCRange(0.0, 0.5), mu=1.5, gamma=1.5, lr=0.5,
+    module = linear_module(PAUCRange, data, w0=[0.1, 0.4], objective=PartialAUCRangeSurrogate(0.0, 0.5), mu=1.5, gamma=1.5, lr=0.5,
                     inner_steps=3, inner_growth=0.0)
     rec = PAUCRecorder()
     fit_datamodule(module, data, 6, [rec])
@@ -322,7 +322,7 @@ def test_sbcd_converges_to_the_exact_prox_point_as_T_grows():
     (Proposition 4's order). Mean ‖v̄ − v*‖ over two sampler seeds for T = 16, 128, 1024."""
     x, y = shifted_gaussians(6, 30, 2, seed=0)
     full = binary_fields(x, y)
-    obj = PartialAUCRange(0.1, 0.5)  # m = 3, n = 15
+    obj = PartialAUCRangeSurrogate(0.1, 0.5)  # m = 3, n = 15
     w0, mu = np.array([0.3, -0.2]), 1.0
 
     def exact_prox(part):
@@ -353,7 +353,7 @@ def test_thresholds_track_the_quantile_at_a_fixed_point():
     """lr = 0 keeps v = w; λ̄ then lands in [s_i[l+1], s_i[l]] computed on the whole data (the quantile tracker)."""
     x, y = shifted_gaussians(4, 40, 3, seed=1)
     data = ArrayData(x, y, 22, 2)
-    module = linear_module(PAUCRange, data, w0=[0.3, 0.2, -0.4], objective=PartialAUCRange(0.1, 0.5), lr=0.0,
+    module = linear_module(PAUCRange, data, w0=[0.3, 0.2, -0.4], objective=PartialAUCRangeSurrogate(0.1, 0.5), lr=0.0,
                     lambda_lr=0.05, inner_steps=800, inner_growth=0.0, step_decay=False)
     fit_datamodule(module, data, 1600)
     full = binary_fields(x, y)
@@ -375,7 +375,7 @@ def test_moreau_gradient_sandwich_and_prox_distance_bound():
     F(v_n) <= F^μ(w) <= F(v_m) (Sun & Sun Lemma 1), and ‖w − v_l‖ <= μ N₊ l B (paper units)."""
     x, y = shifted_gaussians(6, 30, 2, seed=8)
     full = binary_fields(x, y)
-    obj = PartialAUCRange(0.1, 0.5)
+    obj = PartialAUCRangeSurrogate(0.1, 0.5)
     mu = 0.5  # μ' (scale-free): prox of f̃ = f/(N₊N₋)
 
     def parts(v):
@@ -419,7 +419,7 @@ def test_printed_prox_bound_misses_a_factor_of_num_positives():
     x = torch.cat([torch.ones(num_pos, 1), torch.zeros(num_neg, 1)]).double()
     yy = torch.cat([torch.ones(num_pos), torch.zeros(num_neg)]).long()
     full = binary_fields(x, yy)
-    f_m = float(PartialAUCRange(l / num_neg, 1.0).dc_components(x[:, 0] * v, full)[0])
+    f_m = float(PartialAUCRangeSurrogate(l / num_neg, 1.0).dc_components(x[:, 0] * v, full)[0])
     assert f_m * num_pos * num_neg == pytest.approx(num_pos * l * math.log1p(math.exp(-v)), rel=1e-12)
     distance, B = abs(w - v), 1.0
     assert distance > mu * l * B  # the printed bound fails
@@ -430,7 +430,7 @@ def test_printed_prox_bound_misses_a_factor_of_num_positives():
 def test_sorr_is_the_one_row_machinery_with_reweighted_batches():
     x, y = shifted_gaussians(6, 30, 2, seed=9)
     data = ArrayData(x, y, 12, 4)  # positives oversampled: 4 of 12 against 6 of 36
-    module = linear_module(SoRR, data, w0=[0.3, -0.3], objective=SumOfRankedRange(0.1, 0.5), mu=2.0, gamma=2.0, lr=0.4,
+    module = linear_module(SoRR, data, w0=[0.3, -0.3], objective=SumOfRankedRangeLoss(0.1, 0.5), mu=2.0, gamma=2.0, lr=0.4,
                     inner_steps=3, inner_growth=0.0)
     rec = PAUCRecorder()
     fit_datamodule(module, data, 2, [rec])
@@ -451,7 +451,7 @@ def test_sorr_is_the_one_row_machinery_with_reweighted_batches():
 def test_dca_subgradient_steps_and_last_iterate():
     x, y = shifted_gaussians(5, 30, 2, seed=10)
     data = ArrayData(x, y, 13, 3)
-    obj = PartialAUCRange(0.1, 0.5)
+    obj = PartialAUCRangeSurrogate(0.1, 0.5)
     for cls, L in ((DCA, 0.0), (ProximalDCA, 0.8)):
         module = linear_module(cls, data, w0=[0.4, -0.2], objective=obj, lr=0.6, inner_steps=3, inner_growth=0.0,
                         **({"prox_weight": L} if L else {}))
@@ -494,7 +494,7 @@ def test_pairwise_auc_and_minibatch_baselines():
     assert module.objective.alpha == 0.0 and module.objective.beta == 1.0
     assert module.metric_names == ["auroc", "pauc_0.05_0.5"]
     # MB: the gradient of the batch's ranked-range mean (ranks fixed)
-    mb = linear_module(MiniBatchPAUC, data, w0=[0.2, 0.1], objective=PartialAUCRange(0.25, 0.75),
+    mb = linear_module(MiniBatchPAUC, data, w0=[0.2, 0.1], objective=PartialAUCRangeSurrogate(0.25, 0.75),
                 optimizer=lambda p: torch.optim.SGD(p, lr=0.3))
     rec = PAUCRecorder()
     fit_datamodule(mb, data, 1, [rec])

@@ -16,7 +16,7 @@ from jsonargparse import ArgumentParser
 
 from fccolit.algorithms.pauc import PAUCRange, SoRR
 from fccolit.data import binary_fields
-from fccolit.objectives.pauc import PartialAUCRange, RankedRangeObjective
+from fccolit.objectives.pauc import PartialAUCRangeSurrogate, RankedRangeObjective
 
 TOL = 1e-12
 
@@ -26,8 +26,8 @@ def test_sigmoid_score_transform_takes_the_pair_margins_on_sigmoid_scores():
     x, y = shifted_gaussians(5, 12, 3, seed=3)
     batch = binary_fields(x, y)
     h = x @ torch.tensor([2.0, -1.0, 0.5], dtype=torch.float64)
-    identity = PartialAUCRange(0.1, 0.6, surrogate="squared_hinge", margin=1.0)
-    sigmoid = PartialAUCRange(0.1, 0.6, surrogate="squared_hinge", margin=1.0, score_transform="sigmoid")
+    identity = PartialAUCRangeSurrogate(0.1, 0.6, surrogate="squared_hinge", margin=1.0)
+    sigmoid = PartialAUCRangeSurrogate(0.1, 0.6, surrogate="squared_hinge", margin=1.0, score_transform="sigmoid")
     pos, neg = (y == 1).nonzero().flatten(), (y == 0).nonzero().flatten()
     s = torch.sigmoid(h)
     expected = (1.0 + s[neg][None, :] - s[pos][:, None]).clamp_min(0.0) ** 2  # LibAUC's (m − (σ_i − σ_j))_+²
@@ -39,7 +39,7 @@ def test_sigmoid_score_transform_takes_the_pair_margins_on_sigmoid_scores():
     ranked_s = torch.argsort(sigmoid.losses(h, batch).losses[0], descending=True)
     assert torch.equal(ranked_h, ranked_s)
     with pytest.raises(ValueError, match="score_transform"):
-        PartialAUCRange(score_transform="tanh")
+        PartialAUCRangeSurrogate(score_transform="tanh")
 
 
 def test_sigmoid_transform_dc_part_gradient_equals_autograd():
@@ -48,12 +48,12 @@ def test_sigmoid_transform_dc_part_gradient_equals_autograd():
     batch = binary_fields(x, y)
     h = (x @ torch.tensor([1.3, -0.6], dtype=torch.float64)).requires_grad_(True)
     for share in (0.08, 0.2, 0.5):
-        obj = PartialAUCRange(share, 0.9, surrogate="logistic", score_transform="sigmoid")
+        obj = PartialAUCRangeSurrogate(share, 0.9, surrogate="logistic", score_transform="sigmoid")
         (expected,) = torch.autograd.grad(obj.dc_components(h, batch)[0], h)
         got = obj.component_score_gradient(h, batch, share, chunk_rows=3)
         assert torch.allclose(got, expected, atol=TOL), share
         assert torch.allclose(RankedRangeObjective.component_score_gradient(obj, h, batch, share), expected, atol=TOL)
-        plain = PartialAUCRange(share, 0.9, surrogate="logistic").component_score_gradient(h, batch, share)
+        plain = PartialAUCRangeSurrogate(share, 0.9, surrogate="logistic").component_score_gradient(h, batch, share)
         assert not torch.allclose(got, plain)
 
 
@@ -61,7 +61,7 @@ def test_sigmoid_transform_dc_part_gradient_equals_autograd():
 def test_max_inner_steps_caps_T_k_and_keeps_outer_steps_coming():
     x, y = shifted_gaussians(4, 24, 2, seed=6)
     data = ArrayData(x, y, 12, 4)
-    kw = dict(objective=PartialAUCRange(0.25, 0.5), mu=2.0, gamma=4.0, lr=0.5, inner_steps=2, inner_growth=2.0)
+    kw = dict(objective=PartialAUCRangeSurrogate(0.25, 0.5), mu=2.0, gamma=4.0, lr=0.5, inner_steps=2, inner_growth=2.0)
     capped = linear_module(PAUCRange, data, w0=[0.5, -0.3], max_inner_steps=3, **kw)
     assert [capped.inner_steps_at(k) for k in range(4)] == [2, 3, 3, 3]  # C(k+1)² = 2, 8, 18, 32 without the cap
     paper = linear_module(PAUCRange, data, w0=[0.5, -0.3], **kw)
@@ -78,7 +78,7 @@ def test_inner_output_last_returns_the_last_iterate_and_last_thresholds():
     x, y = shifted_gaussians(4, 24, 2, seed=8)
     data = ArrayData(x, y, 12, 4)  # every batch holds all four positives
     mu, gamma, c = 2.0, 5.0, 0.9
-    kw = dict(objective=PartialAUCRange(0.25, 0.5), mu=mu, gamma=gamma, lr=c, inner_steps=3, inner_growth=0.0)
+    kw = dict(objective=PartialAUCRangeSurrogate(0.25, 0.5), mu=mu, gamma=gamma, lr=c, inner_steps=3, inner_growth=0.0)
     module = linear_module(PAUCRange, data, w0=[0.5, -0.3], inner_output="last", **kw)
     rec = PAUCRecorder()
     fit_datamodule(module, data, 6, [rec])
@@ -118,8 +118,8 @@ model:
       class_path: fccolit.models.LinearScorer
       init_args: {in_features: 3}
     objective:
-      class_path: fccolit.objectives.pauc.PartialAUCRange
-      init_args: {alpha: 0.05, beta: 0.5, surrogate: squared_hinge, score_transform: sigmoid}
+      class_path: fccolit.objectives.pauc.PartialAUCRangeSurrogate
+      init_args: {fpr_min: 0.05, fpr_max: 0.5, surrogate: squared_hinge, score_transform: sigmoid}
     max_inner_steps: 400
     inner_output: last
     data_sizes: {num_samples: 20, num_positives: 5, num_negatives: 15, num_features: 3}

@@ -5,7 +5,7 @@ import torch
 
 from fccolit.algorithms import SOX
 from fccolit.models import LinearScorer
-from fccolit.objectives import AveragePrecision
+from fccolit.objectives import AveragePrecisionSurrogate
 from fccolit.optim import Momentum
 
 
@@ -16,7 +16,7 @@ def make_sox(batch, objective=None, **kw):
         "num_features": int(batch["x"].shape[1]),
     }
     torch.manual_seed(0)
-    module = SOX(LinearScorer(), objective or AveragePrecision(), data_sizes=sizes, state_dtype="float64", **kw)
+    module = SOX(LinearScorer(), objective or AveragePrecisionSurrogate(), data_sizes=sizes, state_dtype="float64", **kw)
     return module.double()
 
 
@@ -27,10 +27,10 @@ def grads(module, loss):
 @pytest.mark.parametrize(
     "objective",
     [
-        AveragePrecision(),
-        AveragePrecision(surrogate="sigmoid", scale=3.0),
-        AveragePrecision(surrogate="logistic", score_transform="identity"),
-        AveragePrecision(margin=0.3, project=True),
+        AveragePrecisionSurrogate(),
+        AveragePrecisionSurrogate(surrogate="sigmoid", scale=3.0),
+        AveragePrecisionSurrogate(surrogate="logistic", score_transform="identity"),
+        AveragePrecisionSurrogate(margin=0.3, project=True),
     ],
     ids=["squared_hinge", "sigmoid", "logistic_identity", "projected"],
 )
@@ -78,9 +78,9 @@ def test_previous_uses_the_stale_state_and_fresh_the_updated_one(binary_batch):
 
 
 def test_closed_form_outer_gradient_matches_autograd():
-    obj = AveragePrecision()
+    obj = AveragePrecisionSurrogate()
     u = torch.rand(5, 2, dtype=torch.float64) + 0.1
-    auto = super(AveragePrecision, obj).outer_grad(u, {})
+    auto = super(AveragePrecisionSurrogate, obj).outer_grad(u, {})
     assert torch.allclose(obj.outer_grad(u, {}), auto)
 
 
@@ -101,7 +101,7 @@ def test_state_rows_follow_the_data_sizes(binary_batch):
     module = make_sox(binary_batch)
     assert module.state.value.shape == (8, 2)
     with pytest.raises(ValueError, match="needs data_sizes"):
-        SOX(LinearScorer(4), AveragePrecision())
+        SOX(LinearScorer(4), AveragePrecisionSurrogate())
     with pytest.raises(ValueError, match="ema_weight"):
         make_sox(binary_batch, ema_weight=0.0)
 
@@ -109,4 +109,4 @@ def test_state_rows_follow_the_data_sizes(binary_batch):
 def test_model_that_does_not_fit_the_data_is_a_clear_error(binary_batch):
     sizes = {"num_samples": 30, "num_positives": 8, "num_features": 4}
     with pytest.raises(ValueError, match="in_features=7 but the data has num_features=4"):
-        SOX(LinearScorer(7), AveragePrecision(), data_sizes=sizes)
+        SOX(LinearScorer(7), AveragePrecisionSurrogate(), data_sizes=sizes)

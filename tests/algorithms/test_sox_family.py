@@ -17,7 +17,7 @@ from fccolit.algorithms.sox import ADAP, BSGD, MOAP, MOAPV1, MOAPV2, SOAP, SOX
 from fccolit.callbacks.schedules import InverseSqrtSchedule
 from fccolit.callbacks.sox_boost import SOXBoost
 from fccolit.models import LinearScorer
-from fccolit.objectives import AveragePrecision
+from fccolit.objectives import AveragePrecisionSurrogate
 from fccolit.objectives.base import FCCOObjective, InnerBatch
 from fccolit.optim import AdaptiveMomentum, Momentum
 
@@ -32,7 +32,7 @@ def sizes_of(x, y):
 
 def make(cls, data_sizes, objective=None, optimizer=None, seed=0, **kw):
     torch.manual_seed(seed)
-    module = cls(LinearScorer(bias=False), objective or AveragePrecision(margin=0.5), optimizer=optimizer,
+    module = cls(LinearScorer(bias=False), objective or AveragePrecisionSurrogate(margin=0.5), optimizer=optimizer,
                  data_sizes=data_sizes, state_dtype="float64", **kw)
     return module.double()
 
@@ -62,7 +62,7 @@ def test_every_preset_estimator_is_the_gradient_of_F_with_an_exact_state(binary_
     sizes = sizes_of(binary_batch["x"], binary_batch["y"])
     if cls is not BSGD:
         kw = {**kw, "ema_weight": 1.0}
-    module = make(cls, sizes, AveragePrecision(margin=0.5, project=projected), **kw)
+    module = make(cls, sizes, AveragePrecisionSurrogate(margin=0.5, project=projected), **kw)
     true_grad = flat_grad(module, module.objective.exact_value(module(binary_batch), binary_batch))
     assert true_grad.abs().max() > 1e-3
     for gamma in (None, 0.3):
@@ -160,14 +160,14 @@ def test_moap_decays_unsampled_rows_by_exactly_1_minus_gamma(scale):
 
 def test_moap_of_seed_001_is_moapv2_without_the_projection_requirement(binary_batch):
     sizes = sizes_of(binary_batch["x"], binary_batch["y"])
-    projected = AveragePrecision(margin=0.5, project=True)
+    projected = AveragePrecisionSurrogate(margin=0.5, project=True)
     v2 = make(MOAPV2, sizes, projected)
-    moap = make(MOAP, sizes, AveragePrecision(margin=0.5, project=True))
+    moap = make(MOAP, sizes, AveragePrecisionSurrogate(margin=0.5, project=True))
     for attr in ("u_for_gradient", "decay_unsampled", "scale_by_n_over_B1", "ema_weight"):
         assert getattr(v2, attr) == getattr(moap, attr), attr
     with pytest.raises(ValueError, match="defines no Ω"):
-        make(MOAPV2, sizes, AveragePrecision())
-    make(MOAP, sizes, AveragePrecision())  # Wang & Yang's MOAP has no projection
+        make(MOAPV2, sizes, AveragePrecisionSurrogate())
+    make(MOAP, sizes, AveragePrecisionSurrogate())  # Wang & Yang's MOAP has no projection
 
 
 # ---------------------------------------------------------------------------------------------- unbiasedness
@@ -318,7 +318,7 @@ def test_presets_refuse_optimizers_that_are_not_theirs():
     with pytest.raises(ValueError, match="bias-corrected Adam"):
         optimizer_of(make(SOAP, sizes, mode="adam", optimizer=lambda p: AdaptiveMomentum(p, lr=0.1)))
     with pytest.raises(ValueError, match="without bias correction"):
-        optimizer_of(make(ADAP, sizes, AveragePrecision(project=True),
+        optimizer_of(make(ADAP, sizes, AveragePrecisionSurrogate(project=True),
                           optimizer=lambda p: AdaptiveMomentum(p, lr=0.1, bias_correction=True)))
     with pytest.raises(ValueError, match="needs decay_unsampled"):
         make(SOX, sizes, scale_by_n_over_B1=True)
@@ -337,9 +337,9 @@ def test_presets_take_back_their_defining_arguments_and_refuse_others(tmp_path):
     ``load_from_checkpoint`` rebuilds the preset; other values name the general class."""
     x, y, _ = toy_binary_data()
     sizes = sizes_of(x, y)
-    for cls, objective in ((BSGD, AveragePrecision()), (SOAP, AveragePrecision()), (MOAP, AveragePrecision()),
-                           (MOAPV1, AveragePrecision(project=True)), (MOAPV2, AveragePrecision(project=True)),
-                           (ADAP, AveragePrecision(project=True))):
+    for cls, objective in ((BSGD, AveragePrecisionSurrogate()), (SOAP, AveragePrecisionSurrogate()), (MOAP, AveragePrecisionSurrogate()),
+                           (MOAPV1, AveragePrecisionSurrogate(project=True)), (MOAPV2, AveragePrecisionSurrogate(project=True)),
+                           (ADAP, AveragePrecisionSurrogate(project=True))):
         module = make(cls, sizes, objective)
         hparams = {k: v for k, v in module.hparams.items() if k != "data_sizes"}
         again = cls(LinearScorer(bias=False), objective, data_sizes=sizes, **hparams)
@@ -348,7 +348,7 @@ def test_presets_take_back_their_defining_arguments_and_refuse_others(tmp_path):
     with pytest.raises(ValueError, match="BSGD is defined by ema_weight=1.0"):
         make(BSGD, sizes, ema_weight=0.5)
     with pytest.raises(ValueError, match="MOAPV2 is defined by scale_by_n_over_B1=True"):
-        make(MOAPV2, sizes, AveragePrecision(project=True), scale_by_n_over_B1=False)
+        make(MOAPV2, sizes, AveragePrecisionSurrogate(project=True), scale_by_n_over_B1=False)
     with pytest.raises(ValueError, match="SOAP is defined by u_for_gradient='fresh'"):
         make(SOAP, sizes, u_for_gradient="previous")
 
@@ -358,21 +358,21 @@ def test_adap_and_soap_take_the_bias_correction_they_declare():
     sizes = sizes_of(x, y)
     corrected = lambda p: AdaptiveMomentum(p, lr=0.1, bias_correction=True)  # noqa: E731
     plain = lambda p: AdaptiveMomentum(p, lr=0.1)  # noqa: E731
-    optimizer_of(make(ADAP, sizes, AveragePrecision(project=True), bias_correction=True, optimizer=corrected))
+    optimizer_of(make(ADAP, sizes, AveragePrecisionSurrogate(project=True), bias_correction=True, optimizer=corrected))
     optimizer_of(make(SOAP, sizes, mode="adam", bias_correction=False, optimizer=plain))
     with pytest.raises(ValueError, match="with bias correction"):
-        optimizer_of(make(ADAP, sizes, AveragePrecision(project=True), bias_correction=True, optimizer=plain))
+        optimizer_of(make(ADAP, sizes, AveragePrecisionSurrogate(project=True), bias_correction=True, optimizer=plain))
     with pytest.raises(ValueError, match="uncorrected Adam"):
         optimizer_of(make(SOAP, sizes, mode="adam", bias_correction=False, optimizer=corrected))
-    default = optimizer_of(make(ADAP, sizes, AveragePrecision(project=True)))
+    default = optimizer_of(make(ADAP, sizes, AveragePrecisionSurrogate(project=True)))
     assert default.param_groups[0]["second_moment_weight"] == ADAP.default_second_moment_weight
     assert not default.param_groups[0]["bias_correction"]
 
 
 def test_initial_state_is_refused_where_the_state_has_its_own_rule():
     from fccolit.algorithms.song import SOLC
-    from fccolit.objectives import SOLCListwiseCE
+    from fccolit.objectives import SOLCListwiseCELoss
 
     with pytest.raises(ValueError, match="does not take initial_state"):
-        SOLC(torch.nn.Linear(2, 1), SOLCListwiseCE(), data_sizes={"num_pairs": 4, "num_queries": 2, "num_items": 3},
+        SOLC(torch.nn.Linear(2, 1), SOLCListwiseCELoss(), data_sizes={"num_pairs": 4, "num_queries": 2, "num_items": 3},
              initial_state="zero")

@@ -38,9 +38,9 @@ def test_step_values_reach_the_logger_every_n_steps_and_epoch_means_are_exact(tm
     from fccolit.algorithms import SOX, Supervised
     from fccolit.datamodules import SyntheticBinaryDataModule
     from fccolit.models import MLP
-    from fccolit.objectives import AveragePrecision
+    from fccolit.objectives import AveragePrecisionSurrogate
 
-    for name, make in (("train/objective", lambda d: SOX(MLP(hidden=[8]), AveragePrecision(), data_sizes=d.sizes)),
+    for name, make in (("train/objective", lambda d: SOX(MLP(hidden=[8]), AveragePrecisionSurrogate(), data_sizes=d.sizes)),
                        ("train/loss", lambda d: Supervised(MLP(hidden=[8]), data_sizes=d.sizes))):
         data = SyntheticBinaryDataModule(num_samples=600, num_features=6, batch_size=50, num_positives=10, seed=0)
         torch.manual_seed(0)

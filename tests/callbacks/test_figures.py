@@ -19,8 +19,8 @@ from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
 from fccolit.metrics.figures import render
 from fccolit.models import MLP
 from fccolit.models.ltr import ListMLP
-from fccolit.objectives import AveragePrecision
-from fccolit.objectives.constrained import ROCFairnessAUC
+from fccolit.objectives import AveragePrecisionSurrogate
+from fccolit.objectives.constrained import ROCFairnessAUCObjective
 from fccolit.objectives.ndcg import NDCGSurrogate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -49,7 +49,7 @@ def binary_data():
 def test_binary_validation_writes_pr_and_roc_figures_and_the_pr_plugin(tmp_path):
     seed_everything(0)
     data = binary_data()
-    module = SOX(MLP(hidden=[8]), AveragePrecision(), data_sizes=data.sizes, metrics=["ap", "auroc"])
+    module = SOX(MLP(hidden=[8]), AveragePrecisionSurrogate(), data_sizes=data.sizes, metrics=["ap", "auroc"])
     logger = TensorBoardLogger(tmp_path, name="binary")
     fit(module, data, logger, max_epochs=2, test=True)
     found = events(logger)
@@ -72,7 +72,7 @@ def test_multi_label_validation_writes_one_pr_curve_per_task(tmp_path):
     seed_everything(0)
     data = SyntheticMultiLabelDataModule(num_samples=600, num_tasks=3, pos_fraction=0.2, batch_size=30,
                                          num_positives=4)
-    module = ADAP(MLP(hidden=[8], out_features=3), AveragePrecision(project=True), data_sizes=data.sizes, metrics=["ap"])
+    module = ADAP(MLP(hidden=[8], out_features=3), AveragePrecisionSurrogate(project=True), data_sizes=data.sizes, metrics=["ap"])
     logger = TensorBoardLogger(tmp_path, name="tasks")
     fit(module, data, logger)
     found = events(logger)
@@ -96,7 +96,7 @@ def test_ranking_validation_writes_ndcg_against_k(tmp_path):
 def test_constraints_are_drawn_against_the_epoch_and_their_history_is_checkpointed(adult_files, tmp_path):
     seed_everything(0)
     data = FairnessDataModule(adult_files, "adult", batch_size=32, stratify_by_cell=True, paired=True)
-    module = ALEXR2(MLP(hidden=[8]), ROCFairnessAUC(rho=10.0), data_sizes=data.sizes, lam=2e-3, inner_lr=1e-2,
+    module = ALEXR2(MLP(hidden=[8]), ROCFairnessAUCObjective(rho=10.0), data_sizes=data.sizes, lam=2e-3, inner_lr=1e-2,
                     inner_steps=3, outer_normalization="fixed")
     constraints = ConstraintViolationLogger(stages=("val",))
     logger = TensorBoardLogger(tmp_path, name="constraints")
@@ -116,10 +116,10 @@ def test_other_loggers_and_the_switch_draw_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr("fccolit.metrics.figures.render", lambda figure: drawn.append(figure) or render(figure))
     seed_everything(0)
     data = binary_data()
-    fit(SOX(MLP(hidden=[8]), AveragePrecision(), data_sizes=data.sizes), data, CSVLogger(tmp_path))
+    fit(SOX(MLP(hidden=[8]), AveragePrecisionSurrogate(), data_sizes=data.sizes), data, CSVLogger(tmp_path))
     assert drawn == []
     logger = TensorBoardLogger(tmp_path, name="off")
-    module = SOX(MLP(hidden=[8]), AveragePrecision(), data_sizes=data.sizes, evaluation_figures=False)
+    module = SOX(MLP(hidden=[8]), AveragePrecisionSurrogate(), data_sizes=data.sizes, evaluation_figures=False)
     fit(module, data, logger)
     assert drawn == [] and events(logger).Tags()["images"] == []
     assert "val/ap" in events(logger).Tags()["scalars"]

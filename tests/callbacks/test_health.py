@@ -20,7 +20,7 @@ from fccolit.callbacks import ConstraintViolationLogger, TrainingHealth, Trainin
 from fccolit.datamodules import SyntheticBinaryDataModule
 from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
 from fccolit.models import MLP, NeuMF
-from fccolit.objectives import AveragePrecision
+from fccolit.objectives import AveragePrecisionSurrogate
 from fccolit.objectives.ndcg import TopKNDCGSurrogate
 from fccolit.optim import Momentum
 
@@ -48,7 +48,7 @@ def quickstart(num_samples: int = 20_000, factor: float = 1.0, lr: float = 0.5):
                                      num_positives=16)
     model = MLP(hidden=[64, 32])
     module = SOX(RawFeatures(model, factor) if factor != 1.0 else model,
-                 AveragePrecision(surrogate="squared_hinge", margin=0.5), ema_weight=0.1,
+                 AveragePrecisionSurrogate(surrogate="squared_hinge", margin=0.5), ema_weight=0.1,
                  optimizer=lambda p: Momentum(p, lr=lr, momentum_weight=0.1), data_sizes=data.sizes, metrics=["ap"])
     return module, data
 
@@ -148,7 +148,7 @@ def test_state_held_at_omegas_caps_names_gamma_times_n_over_b1():
     for gamma in (0.9, 0.1):
         seed_everything(0)
         data = SyntheticBinaryDataModule(num_samples=4_000, num_features=10, batch_size=64, num_positives=16)
-        module = MOAPV2(MLP(hidden=[16]), AveragePrecision(project=True), ema_weight=gamma, data_sizes=data.sizes,
+        module = MOAPV2(MLP(hidden=[16]), AveragePrecisionSurrogate(project=True), ema_weight=gamma, data_sizes=data.sizes,
                         metrics=["ap"])
         health = TrainingHealth(check_every_n_steps=5)
         with warnings.catch_warnings(record=True):
@@ -171,7 +171,7 @@ def test_ksong_lambda_far_below_the_top_k_threshold_is_named():
         data = SyntheticRankingDataModule(num_queries=40, num_items=150, num_positives=5, num_negatives=60,
                                           queries_per_batch=8, top_k=10)
         module = KSONG(NeuMF(embedding_dim=8, layers=[8], dropout=0.0),
-                       TopKNDCGSurrogate(top_k=10, tau1=1e-6, tau2=1e-9), lambda_init=init, data_sizes=data.sizes,
+                       TopKNDCGSurrogate(top_k=10, threshold_smoothing=1e-6, threshold_regularization=1e-9), lambda_init=init, data_sizes=data.sizes,
                        metrics=["ndcg@10"])
         health = TrainingHealth(check_every_n_steps=2, skip_checks=["objective_flat"])
         with warnings.catch_warnings(record=True):

@@ -199,7 +199,7 @@ def test_tensorboard_hparams_hold_the_whole_config_and_the_monitored_metric(trai
     start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
     assert start.hparams["model/init_args/optimizer/init_args/lr"].number_value == 0.5
-    assert start.hparams["model/init_args/objective/class_path"].string_value == "fccolit.objectives.AveragePrecision"
+    assert start.hparams["model/init_args/objective/class_path"].string_value == "fccolit.objectives.AveragePrecisionSurrogate"
     assert start.hparams["model/init_args/model/class_path"].string_value == "fccolit.models.MLP"
     assert [m.name.tag for m in experiment.metric_infos] == ["hp_metric"]
     hp_metric = [e.value for e in accumulator.Scalars("hp_metric")]

@@ -25,7 +25,7 @@ from fccolit.algorithms import ADAP, SOX  # noqa: E402
 from fccolit.datamodules import HFClassificationDataModule, LibSVMDataModule  # noqa: E402
 from fccolit.datamodules.base import DataError  # noqa: E402
 from fccolit.models import MLP, LinearScorer  # noqa: E402
-from fccolit.objectives import AveragePrecision  # noqa: E402
+from fccolit.objectives import AveragePrecisionSurrogate  # noqa: E402
 from fccolit.testing import write_libsvm  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -55,7 +55,7 @@ def _trainer(tmp_path: Path, **kw) -> Trainer:
 
 
 def _sox(dm) -> SOX:
-    return SOX(LinearScorer(), AveragePrecision(), data_sizes=dm.sizes)
+    return SOX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=dm.sizes)
 
 
 def test_a_validation_file_without_positives_is_refused_at_setup_naming_it(tmp_path):
@@ -111,7 +111,7 @@ def test_multilabel_evaluation_without_any_task_of_both_classes_is_refused(tmp_p
     dm = HFClassificationDataModule(datasets.DatasetDict({"train": datasets.Dataset.from_dict(train),
                                                           "validation": datasets.Dataset.from_dict(val)}),
                                     label=["t0", "t1"], features="x", batch_size=8, num_positives=2)
-    module = ADAP(MLP(hidden=[4], out_features=2), AveragePrecision(project=True), data_sizes=dm.sizes)
+    module = ADAP(MLP(hidden=[4], out_features=2), AveragePrecisionSurrogate(project=True), data_sizes=dm.sizes)
     with pytest.raises(DataError, match=r"the val split \(the given DatasetDict \(val split\)\) has no task with "
                                         r"both classes among its 3 rows"):
         _trainer(tmp_path).fit(module, datamodule=dm)

@@ -20,7 +20,7 @@ from fccolit.algorithms import SOX  # noqa: E402
 from fccolit.datamodules import HFClassificationDataModule, HFGroupedDataModule, HFRankingDataModule  # noqa: E402
 from fccolit.datasets.scaling import FeatureScaler  # noqa: E402
 from fccolit.models import LinearScorer  # noqa: E402
-from fccolit.objectives import AveragePrecision  # noqa: E402
+from fccolit.objectives import AveragePrecisionSurrogate  # noqa: E402
 from fccolit.testing.hf import write_grouped_parquet, write_ltr_parquet  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -134,7 +134,7 @@ def test_grouped_and_ranking_tables_are_scaled_from_their_training_split(tmp_pat
 
 
 def _fit_and_save(dm, tmp_path, steps: int = 4) -> str:
-    module = SOX(LinearScorer(), AveragePrecision(), data_sizes=dm.sizes, metrics=["ap"])
+    module = SOX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=dm.sizes, metrics=["ap"])
     trainer = Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
                       num_sanity_val_steps=0, limit_val_batches=0, default_root_dir=str(tmp_path))
@@ -152,7 +152,7 @@ def test_the_statistics_travel_with_the_checkpoint_to_test_and_a_resume(raw_tabl
     # another held-out split: the training rows, and so the statistics computed now, differ from the run's
     other = _dm(raw_table, tmp_path, seed=1)
     assert not other.feature_scaler.same_as(dm.feature_scaler)
-    module = SOX(LinearScorer(), AveragePrecision(), data_sizes=other.sizes, metrics=["ap"])
+    module = SOX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=other.sizes, metrics=["ap"])
     tester = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     tester.test(module, datamodule=other, ckpt_path=path, verbose=False)
     assert other.feature_scaler.same_as(dm.feature_scaler)
@@ -166,7 +166,7 @@ def test_the_statistics_travel_with_the_checkpoint_to_test_and_a_resume(raw_tabl
     frame.to_parquet(edited, index=False)
     resumed = _dm(edited, tmp_path, seed=0)
     assert not resumed.feature_scaler.same_as(dm.feature_scaler)
-    module = SOX(LinearScorer(), AveragePrecision(), data_sizes=resumed.sizes, metrics=["ap"])
+    module = SOX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=resumed.sizes, metrics=["ap"])
     trainer = Trainer(accelerator="cpu", max_steps=6, logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
                       num_sanity_val_steps=0, limit_val_batches=0)

@@ -30,8 +30,8 @@ from fccolit.models import MLP, LinearScorer  # noqa: E402
 from fccolit.models.ltr import ListMLP  # noqa: E402
 from fccolit.models.neumf import NeuMF  # noqa: E402
 from fccolit.models.vision import ResNet20  # noqa: E402
-from fccolit.objectives import AveragePrecision  # noqa: E402
-from fccolit.objectives.constrained import ROCFairnessAUC  # noqa: E402
+from fccolit.objectives import AveragePrecisionSurrogate  # noqa: E402
+from fccolit.objectives.constrained import ROCFairnessAUCObjective  # noqa: E402
 from fccolit.objectives.ndcg import NDCGSurrogate  # noqa: E402
 from fccolit.state import IndexedState  # noqa: E402
 from fccolit.testing import write_movielens_csv  # noqa: E402
@@ -207,7 +207,7 @@ def test_an_image_column_becomes_normalized_batches_with_keyed_augmentation(tmp_
     plain = (torch.from_numpy(pixels).permute(0, 3, 1, 2).float() / 255 - 0.5) / 0.25
     train_ids = torch.tensor(dm.tables["train"]["id"])
     assert not torch.equal(first["x"], plain[train_ids[first["index"]]])  # augmented
-    _fit(SOX(ResNet20(), AveragePrecision(), data_sizes=dm.sizes), dm, tmp_path, steps=2)
+    _fit(SOX(ResNet20(), AveragePrecisionSurrogate(), data_sizes=dm.sizes), dm, tmp_path, steps=2)
 
 
 # -------------------------------------------------------------------------------------------- grouped
@@ -227,7 +227,7 @@ def test_grouped_string_groups_are_coded_and_every_split_holds_every_cell(tmp_pa
     batch = next(iter(dm.train_dataloader()))  # two stratified halves of 16: every cell in each
     for half in (slice(0, 16), slice(16, 32)):
         assert set((2 * batch["group"][half] + batch["y"][half]).tolist()) == {0, 1, 2, 3}
-    module = ALEXR2(MLP(hidden=[8]), ROCFairnessAUC(rho=10.0), data_sizes=dm.sizes, lam=2e-3, inner_lr=1e-2,
+    module = ALEXR2(MLP(hidden=[8]), ROCFairnessAUCObjective(rho=10.0), data_sizes=dm.sizes, lam=2e-3, inner_lr=1e-2,
                     inner_steps=2, outer_normalization="fixed")
     _fit(module, dm, tmp_path)
 
@@ -303,11 +303,11 @@ def test_recommendation_from_a_csv_equals_the_movielens_datamodule_on_the_same_f
 def test_sox_and_multilabel_adap_train_on_the_parquet_datamodules(binary_file, tmp_path):
     binary = HFClassificationDataModule(binary_file, label="label", features="features", batch_size=20,
                                         num_positives=5, cache_dir=tmp_path / "hf")
-    _fit(SOX(LinearScorer(), AveragePrecision(), data_sizes=binary.sizes), binary, tmp_path)
+    _fit(SOX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=binary.sizes), binary, tmp_path)
     path = write_multilabel_parquet(tmp_path / "ml.parquet", num_rows=300, num_tasks=3, seed=1)
     multi = HFClassificationDataModule(path, label=["task0", "task1", "task2"], features=[f"f{j}" for j in range(8)],
                                        batch_size=12, num_positives=2, cache_dir=tmp_path / "hf")
-    module = ADAP(MLP(hidden=[8], out_features=3), AveragePrecision(project=True), data_sizes=multi.sizes,
+    module = ADAP(MLP(hidden=[8], out_features=3), AveragePrecisionSurrogate(project=True), data_sizes=multi.sizes,
                   ema_weight=0.02)
     _fit(module, multi, tmp_path)
 

@@ -1,5 +1,5 @@
 """Image DataModules (CIFAR-LT, CheXpert, BDD100K) on generated files in each exact format, the real BDD100K
-labels sample, the multi-label sampler, and one-epoch Trainer runs (SOX + AveragePrecision) plus the configs."""
+labels sample, the multi-label sampler, and one-epoch Trainer runs (SOX + AveragePrecisionSurrogate) plus the configs."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from fccolit.io.bdd100k import read_bdd100k_attributes
 from fccolit.io.chexpert import apply_uncertainty, read_chexpert_csv
 from fccolit.io.cifar import read_cifar_batch
 from fccolit.models.vision import ResNet20
-from fccolit.objectives import AveragePrecision
+from fccolit.objectives import AveragePrecisionSurrogate
 from fccolit.optim import Momentum
 from fccolit.samplers.multilabel import (
     MultiLabelPairDataset,
@@ -668,7 +668,7 @@ def test_multilabel_pair_dataset_decodes_pairs():
 # ---------------------------------------------------------------------------------------------- Trainer smoke runs
 def _sox(dm):
     return SOX(
-        ResNet20(num_outputs=None), AveragePrecision(margin=1.0), data_sizes=dm.sizes,
+        ResNet20(num_outputs=None), AveragePrecisionSurrogate(margin=1.0), data_sizes=dm.sizes,
         optimizer=lambda params: Momentum(params, lr=0.05, momentum_weight=0.1), metrics=["ap", "auroc"],
     )
 

@@ -34,7 +34,7 @@ from lightning.pytorch import Trainer  # noqa: E402
 from fccolit.algorithms import ADAP, SOX, Supervised  # noqa: E402
 from fccolit.datamodules import HFClassificationDataModule  # noqa: E402
 from fccolit.models import LinearScorer  # noqa: E402
-from fccolit.objectives import AveragePrecision  # noqa: E402
+from fccolit.objectives import AveragePrecisionSurrogate  # noqa: E402
 from fccolit.optim import Momentum  # noqa: E402
 from fccolit.testing.own_data import TABLES, in_folder, run_config, write_digits_multilabel, write_table  # noqa: E402
 
@@ -103,9 +103,9 @@ def run_example(path: Path, features: Any, seed: int, algorithm: str, folder: Pa
         "seed_everything(0)": f"seed_everything({seed})",
     }
     if algorithm != "SOX":
-        replacement = ("ADAP(LinearScorer(), AveragePrecision(project=True), data_sizes=data.sizes)" if algorithm == "ADAP"
+        replacement = ("ADAP(LinearScorer(), AveragePrecisionSurrogate(project=True), data_sizes=data.sizes)" if algorithm == "ADAP"
                        else "Supervised(LinearScorer(), data_sizes=data.sizes, optimizer=sox_default_optimizer)")
-        edits["SOX(LinearScorer(), AveragePrecision(), data_sizes=data.sizes)"] = replacement
+        edits["SOX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=data.sizes)"] = replacement
     for old, new in edits.items():
         assert old in code, f"the README example no longer has {old}"
         code = code.replace(old, new)
@@ -135,9 +135,9 @@ def example_results(tables, name: str, algorithm: str, tmp_path_factory) -> list
 
 def test_sox_default_optimizer_is_the_one_the_cross_entropy_runs_take():
     sizes = {"num_samples": 10, "num_positives": 3, "num_features": 4}
-    group = SOX(LinearScorer(), AveragePrecision(), data_sizes=sizes).configure_optimizers().param_groups[0]
+    group = SOX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=sizes).configure_optimizers().param_groups[0]
     twin = sox_default_optimizer([torch.nn.Parameter(torch.zeros(1))]).param_groups[0]
-    assert type(SOX(LinearScorer(), AveragePrecision(), data_sizes=sizes).configure_optimizers()) is Momentum
+    assert type(SOX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=sizes).configure_optimizers()) is Momentum
     assert {k: group[k] for k in ("lr", "momentum_weight")} == {k: twin[k] for k in ("lr", "momentum_weight")}
     assert "seed_everything(0)" in example_code()  # the example is seeded
 

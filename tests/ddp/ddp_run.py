@@ -18,7 +18,7 @@ from ddp_harness import arguments, fit_and_save  # noqa: E402
 from fccolit.algorithms import SOX  # noqa: E402
 from fccolit.datamodules import SyntheticBinaryDataModule  # noqa: E402
 from fccolit.models import MLP  # noqa: E402
-from fccolit.objectives import AveragePrecision  # noqa: E402
+from fccolit.objectives import AveragePrecisionSurrogate  # noqa: E402
 from fccolit.optim import Momentum  # noqa: E402
 
 
@@ -29,7 +29,7 @@ def build(args):
     )
     model = SOX(
         MLP(hidden=[8]),
-        AveragePrecision(margin=0.5),
+        AveragePrecisionSurrogate(margin=0.5),
         optimizer=lambda p: Momentum(p, lr=0.5, momentum_weight=0.2),
         ema_weight=0.3,
         data_sizes=data.sizes,

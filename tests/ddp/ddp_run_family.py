@@ -30,7 +30,7 @@ from fccolit.algorithms.sox import ADAP, MOAP, MOAPV2  # noqa: E402
 from fccolit.callbacks.schedules import InverseSqrtSchedule  # noqa: E402
 from fccolit.datamodules import SyntheticBinaryDataModule, SyntheticMultiLabelDataModule  # noqa: E402
 from fccolit.models import MLP  # noqa: E402
-from fccolit.objectives import AveragePrecision  # noqa: E402
+from fccolit.objectives import AveragePrecisionSurrogate  # noqa: E402
 from fccolit.objectives.base import FCCOObjective, InnerBatch  # noqa: E402
 from fccolit.optim import AdaptiveMomentum, Momentum  # noqa: E402
 
@@ -59,18 +59,18 @@ def build(algo):
     )
     common = dict(data_sizes=data.sizes, state_dtype="float64", metrics=["ap"])
     if algo == "moapv2":
-        model = MOAPV2(MLP(hidden=[8]), AveragePrecision(margin=0.5, project=True), ema_weight=0.3,
+        model = MOAPV2(MLP(hidden=[8]), AveragePrecisionSurrogate(margin=0.5, project=True), ema_weight=0.3,
                        optimizer=lambda p: Momentum(p, lr=0.5, momentum_weight=0.3), **common)
         callbacks = [InverseSqrtSchedule()]
     elif algo == "adap":
-        model = ADAP(MLP(hidden=[8]), AveragePrecision(margin=0.5, project=True), ema_weight=0.3,
+        model = ADAP(MLP(hidden=[8]), AveragePrecisionSurrogate(margin=0.5, project=True), ema_weight=0.3,
                      optimizer=lambda p: AdaptiveMomentum(p, lr=0.05, momentum_weight=0.3, second_moment="amsgrad"),
                      **common)
         callbacks = [InverseSqrtSchedule()]
     elif algo == "adap_multilabel":
         data = SyntheticMultiLabelDataModule(num_samples=600, num_features=6, num_tasks=3, batch_size=24,
                                              num_positives=4, seed=0, eval_batch_size=64)
-        model = ADAP(MLP(hidden=[8], out_features=3), AveragePrecision(margin=0.5, project=True), ema_weight=0.05,
+        model = ADAP(MLP(hidden=[8], out_features=3), AveragePrecisionSurrogate(margin=0.5, project=True), ema_weight=0.05,
                      optimizer=lambda p: AdaptiveMomentum(p, lr=0.05, momentum_weight=0.3, second_moment="adam"),
                      data_sizes=data.sizes, state_dtype="float64", metrics=["ap"])
         callbacks = []

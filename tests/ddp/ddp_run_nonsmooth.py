@@ -37,8 +37,8 @@ from fccolit.datamodules.fairness import FairnessDataModule  # noqa: E402
 from fccolit.datamodules.grouped import SyntheticGroupedDataModule  # noqa: E402
 from fccolit.models import MLP  # noqa: E402
 from fccolit.models.vision import CLIPClassifier  # noqa: E402
-from fccolit.objectives.constrained import GroupDROCVaR, ROCFairnessAUC  # noqa: E402
-from fccolit.objectives.continual import ContinualLearning  # noqa: E402
+from fccolit.objectives.constrained import GroupDROCVaRLoss, ROCFairnessAUCObjective  # noqa: E402
+from fccolit.objectives.continual import ContinualLearningObjective  # noqa: E402
 from fccolit.optim import AdaptiveMomentum, Momentum  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def build(args):
             seed=0, eval_batch_size=64,
         )
         model = SONEX(
-            MLP(hidden=[8]), GroupDROCVaR(ratio=0.25), lam=0.05, ema_weight=0.6, correction_weight=0.2,
+            MLP(hidden=[8]), GroupDROCVaRLoss(ratio=0.25), lam=0.05, ema_weight=0.6, correction_weight=0.2,
             optimizer=lambda p: Momentum(p, lr=0.3, momentum_weight=0.3), data_sizes=data.sizes,
             state_dtype="float64", metrics=["auroc"],
         )
@@ -61,7 +61,7 @@ def build(args):
         clip = CLIPClassifier(pretrained_path=os.path.join(args.data, "clip"), logit_scale=1.0,
                               prompts=class_prompts("weather", DEFAULT_CLASSES["weather"]))
         model = SONEX(
-            clip, ContinualLearning(target=DEFAULT_CLASSES["weather"].index("foggy"), penalty="hinge", rho=10.0,
+            clip, ContinualLearningObjective(target=DEFAULT_CLASSES["weather"].index("foggy"), penalty="hinge", rho=10.0,
                                     slack=0.01),
             lam=0.05, ema_weight=0.8, correction_weight=0.1,
             # momentum SGD, not Adam: Adam's m/√v turns the rounding noise of exactly-zero gradients (the attention
@@ -73,7 +73,7 @@ def build(args):
         data = FairnessDataModule(args.data, "adult", batch_size=32, eval_batch_size=7, seed=0,
                                   cache_dir=os.path.join(args.data, "cache"))
         model = ALEXR2(
-            MLP(hidden=[8]), ROCFairnessAUC(rho=5.0, kappa=0.001), lam=0.01, nu=0.2, inner_lr=0.2, inner_steps=3,
+            MLP(hidden=[8]), ROCFairnessAUCObjective(rho=5.0, kappa=0.001), lam=0.01, nu=0.2, inner_lr=0.2, inner_steps=3,
             constraints_per_step=10, sample_seed=3,
             optimizer=lambda p: AdaptiveMomentum(p, lr=0.01, bias_correction=True), data_sizes=data.sizes,
             state_dtype="float64", metrics=["auroc"],

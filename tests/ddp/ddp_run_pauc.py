@@ -20,7 +20,7 @@ from ddp_harness import arguments, fit_and_save  # noqa: E402
 from fccolit.algorithms.pauc import PAUCRange  # noqa: E402
 from fccolit.datamodules import SyntheticBinaryDataModule  # noqa: E402
 from fccolit.models import MLP  # noqa: E402
-from fccolit.objectives.pauc import PartialAUCRange  # noqa: E402
+from fccolit.objectives.pauc import PartialAUCRangeSurrogate  # noqa: E402
 
 
 def main():
@@ -31,7 +31,7 @@ def main():
     )
     model = PAUCRange(
         MLP(hidden=[8]),
-        PartialAUCRange(0.1, 0.5),
+        PartialAUCRangeSurrogate(0.1, 0.5),
         mu=2.0,
         gamma=4.0,
         lr=0.5,

@@ -24,7 +24,7 @@ from ddp_harness import arguments, fit_and_save  # noqa: E402
 
 from fccolit.algorithms import SOX  # noqa: E402
 from fccolit.datamodules.cifar import CIFARLTDataModule  # noqa: E402
-from fccolit.objectives import AveragePrecision  # noqa: E402
+from fccolit.objectives import AveragePrecisionSurrogate  # noqa: E402
 from fccolit.optim import Momentum  # noqa: E402
 
 
@@ -61,7 +61,7 @@ def build(root: str, workers: int = 0):
     seed_everything(0, workers=True)
     data = build_data(root, workers)
     model = SOX(
-        DropoutScorer(), AveragePrecision(margin=0.5), optimizer=lambda p: Momentum(p, lr=0.1, momentum_weight=0.2),
+        DropoutScorer(), AveragePrecisionSurrogate(margin=0.5), optimizer=lambda p: Momentum(p, lr=0.1, momentum_weight=0.2),
         ema_weight=0.3, data_sizes=data.sizes, state_dtype="float64", metrics=["ap"],
     )
     return model.double(), data  # float64 from construction (see ddp_run.py)

@@ -34,7 +34,7 @@ def build(args):
     if args.algorithm == "song":
         module = SONG(model, NDCGSurrogate(normalization=args.normalization), ema_weight=0.3, **common)
     else:
-        objective = TopKNDCGSurrogate(top_k=5, tau1=0.1, tau2=0.01, normalization=args.normalization)
+        objective = TopKNDCGSurrogate(top_k=5, threshold_smoothing=0.1, threshold_regularization=0.01, normalization=args.normalization)
         module = KSONG(model, objective, ema_weight=0.3, estimator="theoretical", lambda_lr=0.05, **common)
     # float64 from construction: Lightning restores checkpoints before the precision plugin converts the module
     return module.double(), data

@@ -206,7 +206,7 @@ def test_clip_on_bdd100k_one_epoch(tmp_path):
     from fccolit.algorithms.sox import SOX
     from fccolit.datamodules.bdd100k import BDD100KDataModule
     from fccolit.testing import write_bdd100k
-    from fccolit.objectives import AveragePrecision
+    from fccolit.objectives import AveragePrecisionSurrogate
 
     weather = ["clear", "overcast", "snowy", "rainy", "partly cloudy", "foggy"]
     frames = {s: [{"weather": weather[i % 6], "scene": "city street", "timeofday": "daytime"} for i in range(n)]
@@ -216,7 +216,7 @@ def test_clip_on_bdd100k_one_epoch(tmp_path):
                            num_batches=2, val_fraction=0.25, cache_dir=tmp_path / "cache")
     torch.manual_seed(6)
     clip, _ = _tiny_clip(tmp_path, prompts=dm.prompts, target=dm.classes.index("overcast"))
-    model = SOX(clip, AveragePrecision(), data_sizes=dm.sizes, metrics=["ap"])
+    model = SOX(clip, AveragePrecisionSurrogate(), data_sizes=dm.sizes, metrics=["ap"])
     trainer = Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
                       num_sanity_val_steps=0, default_root_dir=str(tmp_path))

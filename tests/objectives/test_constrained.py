@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fccolit.cli import main
 from fccolit.datamodules.grouped import SyntheticGroupedDataModule
-from fccolit.objectives.constrained import GroupDROCVaR, ROCFairnessAUC
+from fccolit.objectives.constrained import GroupDROCVaRLoss, ROCFairnessAUCObjective
 from fccolit.objectives.nonsmooth import Hinge
 from fccolit.samplers.group import GroupBatchSampler
 from fccolit.testing import write_compas_file
@@ -50,7 +50,7 @@ def fairness_batch(n=60, seed=0):
 def test_gdro_cvar_value_is_the_mean_loss_of_the_k_worst_groups():
     g = torch.Generator().manual_seed(1)
     n_groups, k = 8, 2
-    objective = GroupDROCVaR(ratio=k / n_groups).double()
+    objective = GroupDROCVaRLoss(ratio=k / n_groups).double()
     scores = torch.randn(200, generator=g, dtype=D)
     batch = {"y": (torch.rand(200, generator=g) < 0.5).long(), "group": torch.randint(0, n_groups, (200,), generator=g)}
     losses = torch.nn.functional.binary_cross_entropy_with_logits(scores, batch["y"].to(D), reduction="none")
@@ -73,7 +73,7 @@ def test_gdro_cvar_value_is_the_mean_loss_of_the_k_worst_groups():
 
 
 def test_gdro_inner_uses_only_the_groups_present_and_cross_entropy():
-    objective = GroupDROCVaR(ratio=0.5, loss="cross_entropy").double()
+    objective = GroupDROCVaRLoss(ratio=0.5, loss="cross_entropy").double()
     scores = torch.randn(6, 3, dtype=D)
     batch = {"y": torch.tensor([0, 2, 1, 1, 0, 2]), "group": torch.tensor([4, 4, 9, 9, 9, 4])}
     inner = objective.inner(scores, batch)
@@ -82,15 +82,15 @@ def test_gdro_inner_uses_only_the_groups_present_and_cross_entropy():
     assert torch.allclose(inner.value[:, 0], torch.stack([ce[[0, 1, 5]].mean(), ce[[2, 3, 4]].mean()]))
     assert isinstance(objective.outer_fn, Hinge) and objective.outer_fn.rho == pytest.approx(2.0)  # 1/r
     with pytest.raises(ValueError, match="ratio"):
-        GroupDROCVaR(ratio=0.0)
+        GroupDROCVaRLoss(ratio=0.0)
     with pytest.raises(ValueError, match="unknown GDRO loss"):
-        GroupDROCVaR(loss="hinge")
+        GroupDROCVaRLoss(loss="hinge")
 
 
 # ---------------------------------------------------------------------- ROC fairness
 def test_roc_fairness_statistics_and_auc_term_equal_brute_force():
     batch = fairness_batch()
-    objective = ROCFairnessAUC(thresholds=(-1.0, 0.5), kappa=0.01)
+    objective = ROCFairnessAUCObjective(thresholds=(-1.0, 0.5), kappa=0.01)
     scores = batch["x"] @ torch.tensor([1.0, -0.5, 0.3], dtype=D)
     s, y, grp = scores.tolist(), batch["y"].tolist(), batch["group"].tolist()
     sig = lambda v: 1 / (1 + torch.exp(torch.tensor(-v, dtype=D)))  # noqa: E731
@@ -115,7 +115,7 @@ def test_roc_fairness_statistics_and_auc_term_equal_brute_force():
 
 
 def test_roc_fairness_leaves_out_constraints_with_an_empty_cell():
-    objective = ROCFairnessAUC()
+    objective = ROCFairnessAUCObjective()
     scores = torch.tensor([0.3, -0.2, 1.0, 0.5], dtype=D)
     batch = {"y": torch.tensor([1, 1, 0, 0]), "group": torch.tensor([0, 1, 0, 0])}  # no negative of group 1
     inner = objective.inner(scores, batch)
@@ -125,7 +125,7 @@ def test_roc_fairness_leaves_out_constraints_with_an_empty_cell():
 
 
 def test_roc_fairness_multipliers_are_the_scaled_penalty_slopes():
-    objective = ROCFairnessAUC(thresholds=(0.0,), kappa=0.1, rho=4.0)
+    objective = ROCFairnessAUCObjective(thresholds=(0.0,), kappa=0.1, rho=4.0)
     u = torch.tensor([[0.5, 0.45], [0.7, 0.3]], dtype=D)  # gaps 0.05 (feasible) and 0.4 (violated)
     lam = 0.02
     expected = torch.tensor([0.0, min(0.3 / (2 * lam), 4.0)], dtype=D) / 2

@@ -11,7 +11,7 @@ from torch import nn
 from fccolit.algorithms import SOX
 from fccolit.data import TensorDictDataset
 from fccolit.metrics import build_metric
-from fccolit.objectives import AveragePrecision, PNormPush
+from fccolit.objectives import AveragePrecisionSurrogate, PNormPushLoss
 from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes
 
 
@@ -62,7 +62,7 @@ def _module(labels, x, objective=None):
     sizes = multilabel_sizes(labels)
     torch.manual_seed(0)
     model = nn.Linear(x.shape[1], labels.shape[1])
-    module = SOX(model, objective or AveragePrecision(), data_sizes=sizes, state_dtype="float64", ema_weight=1.0)
+    module = SOX(model, objective or AveragePrecisionSurrogate(), data_sizes=sizes, state_dtype="float64", ema_weight=1.0)
     return module.double()
 
 
@@ -127,10 +127,10 @@ def test_multi_task_batches_need_a_multi_task_objective_and_one_output_per_task(
     x = torch.randn(24, 4, dtype=torch.float64)
     batch = _full_batch(labels, x)
     sizes = multilabel_sizes(labels)
-    push = SOX(nn.Linear(4, 3), PNormPush(), data_sizes=sizes, state_dtype="float64").double()
+    push = SOX(nn.Linear(4, 3), PNormPushLoss(), data_sizes=sizes, state_dtype="float64").double()
     with pytest.raises(ValueError, match="does not take multi-task batches"):
         push(batch)
-    single = SOX(nn.Linear(4, 1), AveragePrecision(), data_sizes=sizes, state_dtype="float64").double()
+    single = SOX(nn.Linear(4, 1), AveragePrecisionSurrogate(), data_sizes=sizes, state_dtype="float64").double()
     with pytest.raises(ValueError, match="one output per task"):
         single(batch)
 
@@ -145,7 +145,7 @@ def test_training_on_multi_label_data_logs_the_mean_and_each_task(tmp_path):
 
     dm = SyntheticMultiLabelDataModule(num_samples=600, num_tasks=3, batch_size=24, num_positives=4, seed=1)
     assert dm.tasks_per_batch == 3 and dm.sizes["num_outputs"] == 3
-    module = ADAP(MLP(hidden=[8], out_features=3), AveragePrecision(project=True), data_sizes=dm.sizes,
+    module = ADAP(MLP(hidden=[8], out_features=3), AveragePrecisionSurrogate(project=True), data_sizes=dm.sizes,
                   ema_weight=0.05, optimizer=lambda p: AdaptiveMomentum(p, lr=1e-2), metrics=["ap", "auroc"])
     trainer = Trainer(max_epochs=1, limit_train_batches=5, logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)

@@ -12,7 +12,7 @@ from fccolit.metrics import FullRankingNDCGScore, NDCGScore
 from fccolit.metrics.functional import full_ranking_ndcg, ndcg_at_k
 from fccolit.models.ltr import ContextAwareRanker, ListMLP
 from fccolit.models.neumf import NeuMF
-from fccolit.objectives.listwise import SOLCListwiseCE
+from fccolit.objectives.listwise import SOLCListwiseCELoss
 from fccolit.objectives.ndcg import NDCGSurrogate, TopKNDCGSurrogate
 
 
@@ -176,7 +176,7 @@ def lower_batch(n, rows):
 def test_threshold_lies_between_the_kth_and_k_plus_1th_scores(k, epsilon):
     g = torch.Generator().manual_seed(k)
     scores = torch.randn(6, 40, generator=g, dtype=torch.float64)
-    obj = TopKNDCGSurrogate(top_k=k, epsilon=epsilon, tau1=1e-3, tau2=1e-4)
+    obj = TopKNDCGSurrogate(top_k=k, epsilon=epsilon, threshold_smoothing=1e-3, threshold_regularization=1e-4)
     batch = lower_batch(40, 6)
     lam = obj.solve_threshold(scores, batch)
     top = scores.sort(1, descending=True).values
@@ -190,7 +190,7 @@ def test_threshold_lies_between_the_kth_and_k_plus_1th_scores(k, epsilon):
 def test_lower_level_derivatives_match_autograd():
     g = torch.Generator().manual_seed(2)
     scores = torch.randn(3, 9, generator=g, dtype=torch.float64, requires_grad=True)
-    obj = TopKNDCGSurrogate(top_k=2, epsilon=0.3, tau1=0.2, tau2=0.05)
+    obj = TopKNDCGSurrogate(top_k=2, epsilon=0.3, threshold_smoothing=0.2, threshold_regularization=0.05)
     batch = lower_batch(9, 3)
     lam = torch.tensor([0.1, -0.4, 0.7], dtype=torch.float64, requires_grad=True)
     level = obj.lower_level(scores, batch, lam.detach())
@@ -206,7 +206,7 @@ def test_implicit_gradient_of_the_threshold_matches_finite_differences():
     """∇_h λ̂ = weights / ∂²_λ L at λ̂ (App. E, implicit function theorem), against central differences."""
     g = torch.Generator().manual_seed(4)
     scores = torch.randn(2, 12, generator=g, dtype=torch.float64)
-    obj = TopKNDCGSurrogate(top_k=3, epsilon=0.5, tau1=0.1, tau2=0.01)
+    obj = TopKNDCGSurrogate(top_k=3, epsilon=0.5, threshold_smoothing=0.1, threshold_regularization=0.01)
     batch = lower_batch(12, 2)
     lam = obj.solve_threshold(scores, batch)
     level = obj.lower_level(scores, batch, lam)
@@ -221,7 +221,7 @@ def test_implicit_gradient_of_the_threshold_matches_finite_differences():
 
 @pytest.mark.parametrize("selector", ["sigmoid", "squared_hinge"])
 def test_selector_derivative_matches_autograd(selector):
-    obj = TopKNDCGSurrogate(selector_alpha=2.5, selector=selector)
+    obj = TopKNDCGSurrogate(selector_slope=2.5, selector=selector)
     s = torch.linspace(-3, 3, 14, dtype=torch.float64, requires_grad=True)
     (auto,) = torch.autograd.grad(obj.selector(s).sum(), s)
     assert torch.allclose(obj.selector_grad(s.detach()), auto, rtol=1e-12)
@@ -239,7 +239,7 @@ def test_squared_hinge_selector_is_zero_below_the_threshold_as_lemma_5_2_asks():
 
 def test_topk_exact_value_uses_ideal_dcg_at_k_and_the_selector(ltr):
     batch, scores = ltr
-    obj = TopKNDCGSurrogate(top_k=3, tau1=0.1, tau2=0.01)
+    obj = TopKNDCGSurrogate(top_k=3, threshold_smoothing=0.1, threshold_regularization=0.01)
     lam = obj.solve_threshold(scores, batch)
     base = ndcg_term(scores, batch, 1.0, "ideal_dcg_at_k")
 
@@ -254,7 +254,7 @@ def test_topk_exact_value_uses_ideal_dcg_at_k_and_the_selector(ltr):
 @pytest.mark.parametrize("list_size_weight", [True, False])
 def test_solc_objective_is_the_listwise_cross_entropy_of_app_b(ltr, list_size_weight):
     batch, scores = ltr
-    obj = SOLCListwiseCE(list_size_weight=list_size_weight)
+    obj = SOLCListwiseCELoss(list_size_weight=list_size_weight)
     expected = 0.0
     for b in range(scores.shape[0]):
         real = batch["mask"][b]
@@ -268,7 +268,7 @@ def test_solc_objective_is_the_listwise_cross_entropy_of_app_b(ltr, list_size_we
 @pytest.mark.parametrize("estimator", ["list_mean", "stratified"])
 def test_solc_log_inner_is_the_log_of_the_inner_value(ltr, estimator):
     batch, scores = ltr
-    obj = SOLCListwiseCE(inner_estimator=estimator)
+    obj = SOLCListwiseCELoss(inner_estimator=estimator)
     assert torch.allclose(obj.log_inner(scores, batch).value, torch.log(obj.inner(scores, batch).value), rtol=1e-12)
     huge = scores * 200.0  # exp of the score gaps overflows; the log-domain value does not
     assert bool(torch.isfinite(obj.log_inner(huge, batch).value).all())
@@ -379,7 +379,7 @@ def test_share_above_the_solved_threshold_is_the_top_k_share(ltr):
     """At λ̂ with small τ1, τ2 the threshold sits between the K-th and (K+1)-th score (Lemma 5.1), so the share of
     the list above it is K/N_q; at λ = 0 far below the scores nearly the whole list is above."""
     batch, scores = ltr
-    obj = TopKNDCGSurrogate(top_k=3, tau1=1e-3, tau2=1e-6)
+    obj = TopKNDCGSurrogate(top_k=3, threshold_smoothing=1e-3, threshold_regularization=1e-6)
     share, target = obj.share_above(scores, batch, obj.solve_threshold(scores, batch))
     assert torch.allclose(share, target, atol=1e-9)
     low, _ = obj.share_above(scores, batch, torch.full_like(share, float(scores.min()) - 1.0))

@@ -32,10 +32,10 @@ from fccolit.algorithms.sox import SOX
 from fccolit.data import binary_fields, binary_sizes
 from fccolit.datamodules.synthetic_multiclass import SyntheticMulticlassDataModule
 from fccolit.models import MLP, LinearScorer
-from fccolit.objectives.ap import AveragePrecision
-from fccolit.objectives.listwise import ListwiseCE
-from fccolit.objectives.nca import NCA
-from fccolit.objectives.pnorm_push import PNormPush
+from fccolit.objectives.ap import AveragePrecisionSurrogate
+from fccolit.objectives.listwise import ListwiseCELoss
+from fccolit.objectives.nca import NCALoss
+from fccolit.objectives.pnorm_push import PNormPushLoss
 from fccolit.optim import Momentum
 from fccolit.samplers import DualSampler
 from fccolit.samplers.uniform import UniformBatchSampler
@@ -128,7 +128,7 @@ def expectation(module, full, batches, exact):
 # ---------------------------------------------------------------------------------------------- p-norm push
 @pytest.mark.parametrize(
     "objective",
-    [PNormPush(), PNormPush(p=2.5, scale=0.7), PNormPush(surrogate="squared_hinge"), PNormPush(surrogate="logistic")],
+    [PNormPushLoss(), PNormPushLoss(p=2.5, scale=0.7), PNormPushLoss(surrogate="squared_hinge"), PNormPushLoss(surrogate="logistic")],
     ids=["exp_p4", "exp_p2.5_scaled", "squared_hinge", "logistic"],
 )
 @pytest.mark.parametrize("u_for_gradient", ["previous", "fresh"])
@@ -147,7 +147,7 @@ def test_pnorm_push_estimator_is_the_exact_gradient(objective, u_for_gradient):
 def test_pnorm_push_exact_value_is_the_rudin_formula():
     """Double loop over (negative, positive) pairs: F = mean_neg (mean_pos exp(s_neg − s_pos))^p."""
     full, sizes = binary_data()
-    for objective in (PNormPush(), PNormPush(p=3.0, scale=0.5)):
+    for objective in (PNormPushLoss(), PNormPushLoss(p=3.0, scale=0.5)):
         module = make_sox(objective, sizes)
         s = module(full).detach().tolist()
         y = full["y"].tolist()
@@ -165,7 +165,7 @@ def test_pnorm_push_factorized_exp_equals_the_pairwise_sum_and_survives_large_sc
     g = torch.Generator().manual_seed(1)
     s_neg = torch.randn(7, generator=g, dtype=torch.float64, requires_grad=True)
     s_pos = torch.randn(5, generator=g, dtype=torch.float64, requires_grad=True)
-    obj = PNormPush()
+    obj = PNormPushLoss()
     fast = obj._inner_values(s_neg, s_pos)
     slow = torch.exp(s_neg.unsqueeze(1) - s_pos.unsqueeze(0)).mean(1)
     assert torch.allclose(fast, slow, rtol=1e-14)
@@ -179,13 +179,13 @@ def test_pnorm_push_factorized_exp_equals_the_pairwise_sum_and_survives_large_sc
 
 def test_pnorm_push_reads_negatives_as_outer_and_positives_as_inner():
     full, sizes = binary_data()
-    inner = PNormPush().inner(full["x"][:, 0], full)
+    inner = PNormPushLoss().inner(full["x"][:, 0], full)
     assert torch.equal(inner.index, torch.arange(sizes["num_negatives"]))  # neg_index of every negative
     no_pos = subset(full, torch.nonzero(full["y"] == 0).flatten())
     with pytest.raises(ValueError, match="no positive example"):
-        PNormPush().inner(no_pos["x"][:, 0], no_pos)
+        PNormPushLoss().inner(no_pos["x"][:, 0], no_pos)
     with pytest.raises(ValueError, match="p > 1"):
-        PNormPush(p=1.0)
+        PNormPushLoss(p=1.0)
 
 
 def pnorm_batches(fields, b1, b2):
@@ -197,12 +197,12 @@ def pnorm_batches(fields, b1, b2):
 def test_pnorm_push_sox_estimator_is_unbiased_and_bsgd_is_not_exact_expectation():
     """Every batch of B1 = 2 negatives and B2 = 2 positives (150 batches): the exact expectation."""
     full, sizes = binary_data(n=11, d=3, m=6, seed=3)
-    module = make_sox(PNormPush(), sizes, ema_weight=0.5)
+    module = make_sox(PNormPushLoss(), sizes, ema_weight=0.5)
     true = grads(module, module.objective.exact_value(module(full), full))
     batches = pnorm_batches(full, 2, 2)
     sox = expectation(module, full, batches, exact_table(module, full))
     assert torch.allclose(sox, true, rtol=1e-10, atol=1e-12)
-    bsgd_module = make_sox(PNormPush(), sizes, ema_weight=1.0, u_for_gradient="fresh")
+    bsgd_module = make_sox(PNormPushLoss(), sizes, ema_weight=1.0, u_for_gradient="fresh")
     bsgd = expectation(bsgd_module, full, batches, None)
     assert (bsgd - true).norm() > 0.05 * true.norm()  # Jensen: E[ĝ^3 ∇ĝ] ≠ g^3 ∇g
 
@@ -212,8 +212,8 @@ def test_pnorm_push_unbiasedness_monte_carlo():
     the SOX estimator's mean is within 5 standard errors of ∇F on every coordinate; BSGD's is not (B2 = 1: the
     plug-in f(ĝ) is most biased with the smallest inner batch; the exact size of the bias is checked above)."""
     full, sizes = binary_data(n=40, d=3, m=12, seed=4)
-    sox_module = make_sox(PNormPush(), sizes, ema_weight=0.5)
-    bsgd_module = make_sox(PNormPush(), sizes, ema_weight=1.0, u_for_gradient="fresh")
+    sox_module = make_sox(PNormPushLoss(), sizes, ema_weight=0.5)
+    bsgd_module = make_sox(PNormPushLoss(), sizes, ema_weight=1.0, u_for_gradient="fresh")
     true = grads(sox_module, sox_module.objective.exact_value(sox_module(full), full))
     exact = exact_table(sox_module, full)
     neg, pos = torch.nonzero(full["y"] == 0).flatten(), torch.nonzero(full["y"] == 1).flatten()
@@ -237,10 +237,10 @@ def test_pnorm_push_unbiasedness_monte_carlo():
 @pytest.mark.parametrize(
     "objective",
     [
-        AveragePrecision(inner_estimator="reweighted"),
-        AveragePrecision(inner_estimator="reweighted", inner_scale="sum"),
-        AveragePrecision(inner_estimator="reweighted", surrogate="sigmoid", scale=3.0, project=True),
-        AveragePrecision(inner_scale="sum", project=True, margin=0.3),
+        AveragePrecisionSurrogate(inner_estimator="reweighted"),
+        AveragePrecisionSurrogate(inner_estimator="reweighted", inner_scale="sum"),
+        AveragePrecisionSurrogate(inner_estimator="reweighted", surrogate="sigmoid", scale=3.0, project=True),
+        AveragePrecisionSurrogate(inner_scale="sum", project=True, margin=0.3),
     ],
     ids=["reweighted", "reweighted_sum", "reweighted_sigmoid_projected", "batch_mean_sum_projected"],
 )
@@ -257,7 +257,7 @@ def test_ap_exact_value_is_minus_smoothed_ap_for_both_estimators_and_scales():
     full, sizes = binary_data()
     reference = None
     for estimator, scale in itertools.product(("batch_mean", "reweighted"), ("mean", "sum")):
-        objective = AveragePrecision(inner_estimator=estimator, inner_scale=scale)
+        objective = AveragePrecisionSurrogate(inner_estimator=estimator, inner_scale=scale)
         module = make_sox(objective, sizes, model=LinearScorer)
         if reference is None:  # −ÂP by a double loop over pairs (Wang et al., AISTATS 2022, eq. (2))
             s = torch.sigmoid(module(full)).detach().tolist()
@@ -294,13 +294,13 @@ def test_ap_reweighted_estimator_is_unbiased_under_class_stratified_batches():
     the batch mean and the plain (m/P) reweighting (which counts the anchor's self pair m/P times) are biased."""
     full, sizes = binary_data(n=11, d=3, m=4, seed=5)
     batches = ap_batches(full, 2, 3)
-    obj = AveragePrecision(inner_estimator="reweighted", margin=0.5)
+    obj = AveragePrecisionSurrogate(inner_estimator="reweighted", margin=0.5)
     module = make_sox(obj, sizes, model=LinearScorer, ema_weight=0.5)
     exact = exact_table(module, full)
     # inner values: the mean of ĝ_i over the batches that hold anchor i
     sums = {k: torch.zeros_like(exact) for k in ("reweighted", "batch_mean", "note")}
     counts = torch.zeros(exact.shape[0], 1, dtype=torch.float64)
-    batch_mean = AveragePrecision(margin=0.5)
+    batch_mean = AveragePrecisionSurrogate(margin=0.5)
     with torch.no_grad():
         for idx in batches:
             b = subset(full, idx)
@@ -318,7 +318,7 @@ def test_ap_reweighted_estimator_is_unbiased_under_class_stratified_batches():
     # the gradient estimator
     true = grads(module, obj.exact_value(module(full), full))
     assert torch.allclose(expectation(module, full, batches, exact), true, rtol=1e-10, atol=1e-13)
-    biased = make_sox(AveragePrecision(margin=0.5), sizes, model=LinearScorer, ema_weight=0.5)
+    biased = make_sox(AveragePrecisionSurrogate(margin=0.5), sizes, model=LinearScorer, ema_weight=0.5)
     assert (expectation(biased, full, batches, exact) - true).norm() > 0.05 * true.norm()
 
 
@@ -339,7 +339,7 @@ def test_ap_omega_is_seed_002s_box_and_holds_every_estimate(surrogate, margin, s
     sampler = DualSampler(full["y"], batch_size=8, num_positives=4, seed=0)  # positives oversampled: 1/2 ≫ 6/40
     exceeds_seed_002 = False
     for (estimator, scale_name), (lower, upper) in expected.items():
-        obj = AveragePrecision(inner_estimator=estimator, inner_scale=scale_name, **kw)
+        obj = AveragePrecisionSurrogate(inner_estimator=estimator, inner_scale=scale_name, **kw)
         got_lower, got_upper = obj.state_bounds(sizes)
         assert got_lower[0] is None and got_lower[1] == pytest.approx(lower[1], rel=1e-12)
         assert got_upper == pytest.approx(upper, rel=1e-12)
@@ -355,22 +355,22 @@ def test_ap_omega_is_seed_002s_box_and_holds_every_estimate(surrogate, margin, s
     # ... unless asked to: omega_bounds="paper" is the printed Ω for either estimator (estimates above it are capped)
     for scale_name, (lower, upper) in {"sum": ((None, c), (big_m * m, big_m * n)),
                                        "mean": ((None, c / n), (big_m * m / n, big_m))}.items():
-        obj = AveragePrecision(inner_scale=scale_name, omega_bounds="paper", **kw)
+        obj = AveragePrecisionSurrogate(inner_scale=scale_name, omega_bounds="paper", **kw)
         got_lower, got_upper = obj.state_bounds(sizes)
         assert got_lower[1] == pytest.approx(lower[1], rel=1e-12) and got_upper == pytest.approx(upper, rel=1e-12)
     with pytest.raises(ValueError, match="omega_bounds"):
-        AveragePrecision(omega_bounds="printed")
+        AveragePrecisionSurrogate(omega_bounds="printed")
 
 
 def test_ap_options_fail_clearly():
     with pytest.raises(ValueError, match="score_range"):
-        AveragePrecision(score_transform="identity", project=True)
-    assert AveragePrecision(score_transform="identity", project=True, score_range=4.0).score_range == 4.0
+        AveragePrecisionSurrogate(score_transform="identity", project=True)
+    assert AveragePrecisionSurrogate(score_transform="identity", project=True, score_range=4.0).score_range == 4.0
     with pytest.raises(ValueError, match="inner_estimator"):
-        AveragePrecision(inner_estimator="unbiased")
+        AveragePrecisionSurrogate(inner_estimator="unbiased")
     full, _ = binary_data()
     with pytest.raises(ValueError, match="needs the training data's 'num_samples'"):
-        AveragePrecision(inner_estimator="reweighted").inner(full["x"][:, 0], full)
+        AveragePrecisionSurrogate(inner_estimator="reweighted").inner(full["x"][:, 0], full)
 
 
 # ---------------------------------------------------------------------------------------------- scale invariance
@@ -391,7 +391,7 @@ def test_ap_sum_and_mean_scales_give_the_same_updates(estimator):
     sampler = DualSampler(full["y"], batch_size=10, num_positives=4, seed=0)
     batches = [subset(full, idx) for idx in itertools.islice(itertools.cycle(sampler), 12)]
     mods = {
-        scale: run_steps(AveragePrecision(inner_estimator=estimator, inner_scale=scale), sizes, iter(batches),
+        scale: run_steps(AveragePrecisionSurrogate(inner_estimator=estimator, inner_scale=scale), sizes, iter(batches),
                          LinearScorer, 12)
         for scale in ("mean", "sum")
     }
@@ -407,10 +407,10 @@ def test_nca_sum_and_mean_scales_give_the_same_updates():
     sampler = UniformBatchSampler(24, 6, seed=0)
     batches = [subset(full, idx) for idx in itertools.islice(itertools.cycle(sampler), 10)]
     mods = {
-        scale: run_steps(NCA(inner_scale=scale), sizes, iter(batches), lambda: nn.Linear(5, 2, bias=False), 10)
+        scale: run_steps(NCALoss(inner_scale=scale), sizes, iter(batches), lambda: nn.Linear(5, 2, bias=False), 10)
         for scale in ("mean", "sum")
     }
-    moved = (mods["mean"].model.weight - make_sox(NCA(), sizes, model=lambda: nn.Linear(5, 2, bias=False)).model.weight).abs()
+    moved = (mods["mean"].model.weight - make_sox(NCALoss(), sizes, model=lambda: nn.Linear(5, 2, bias=False)).model.weight).abs()
     assert moved.max() > 1e-3
     assert torch.allclose(mods["mean"].model.weight, mods["sum"].model.weight, rtol=1e-11, atol=1e-14)
     visited = mods["mean"].state.visited()
@@ -422,7 +422,7 @@ def test_nca_sum_and_mean_scales_give_the_same_updates():
 @pytest.mark.parametrize("u_for_gradient", ["previous", "fresh"])
 def test_nca_estimator_is_the_exact_gradient(inner_scale, u_for_gradient):
     full, sizes = multiclass_data()
-    module = make_sox(NCA(inner_scale), sizes, model=lambda: nn.Linear(5, 3, bias=False), ema_weight=1.0,
+    module = make_sox(NCALoss(inner_scale), sizes, model=lambda: nn.Linear(5, 3, bias=False), ema_weight=1.0,
                       u_for_gradient=u_for_gradient)
     true = grads(module, module.objective.exact_value(module(full), full))
     assert true.abs().max() > 1e-3
@@ -433,7 +433,7 @@ def test_nca_estimator_is_the_exact_gradient(inner_scale, u_for_gradient):
 
 def test_nca_exact_value_is_the_leave_one_out_formula_with_the_anchor_excluded():
     full, sizes = multiclass_data()
-    module = make_sox(NCA(), sizes, model=lambda: nn.Linear(5, 2, bias=False))
+    module = make_sox(NCALoss(), sizes, model=lambda: nn.Linear(5, 2, bias=False))
     z = module(full).detach().tolist()
     y = full["y"].tolist()
     total = 0.0
@@ -448,23 +448,23 @@ def test_nca_exact_value_is_the_leave_one_out_formula_with_the_anchor_excluded()
 def test_nca_sox_estimator_is_unbiased_over_uniform_batches_and_bsgd_is_not():
     """Every batch of 3 of the 8 points (56 batches): the exact expectation."""
     full, sizes = multiclass_data(n=8, d=3, classes=2, seed=2)
-    module = make_sox(NCA(), sizes, model=lambda: nn.Linear(3, 2, bias=False), ema_weight=0.3)
+    module = make_sox(NCALoss(), sizes, model=lambda: nn.Linear(3, 2, bias=False), ema_weight=0.3)
     true = grads(module, module.objective.exact_value(module(full), full))
     batches = [list(c) for c in itertools.combinations(range(8), 3)]
     assert torch.allclose(expectation(module, full, batches, exact_table(module, full)), true, rtol=1e-10, atol=1e-13)
-    bsgd = make_sox(NCA(), sizes, model=lambda: nn.Linear(3, 2, bias=False), ema_weight=1.0, u_for_gradient="fresh")
+    bsgd = make_sox(NCALoss(), sizes, model=lambda: nn.Linear(3, 2, bias=False), ema_weight=1.0, u_for_gradient="fresh")
     assert (expectation(bsgd, full, batches, None) - true).norm() > 0.05 * true.norm()
 
 
 def test_nca_errors_name_the_cause():
     full, sizes = multiclass_data()
     with pytest.raises(FloatingPointError, match="underflowed"):
-        NCA().inner(1e3 * full["x"], full)  # distances ~1e3: every exp(−d²) is 0
+        NCALoss().inner(1e3 * full["x"], full)  # distances ~1e3: every exp(−d²) is 0
     with pytest.raises(ValueError, match="num_samples"):
-        NCA("sum").inner(full["x"], full)
+        NCALoss("sum").inner(full["x"], full)
     with pytest.raises(ValueError, match="at least 2"):
-        NCA().inner(full["x"][:1], subset(full, [0]))
-    one_dim = NCA().inner(full["x"][:, 0], full)  # a [B] output is a 1-d embedding
+        NCALoss().inner(full["x"][:1], subset(full, [0]))
+    one_dim = NCALoss().inner(full["x"][:, 0], full)  # a [B] output is a 1-d embedding
     assert one_dim.value.shape == (20, 2)
 
 
@@ -473,7 +473,7 @@ def test_nca_errors_name_the_cause():
 @pytest.mark.parametrize("inner_estimator", ["list_mean", "stratified"])
 def test_listwise_ce_estimator_is_the_exact_gradient_on_full_lists(relevance_weight, inner_estimator):
     batch, sizes = ranking_data()
-    obj = ListwiseCE(relevance_weight, inner_estimator)
+    obj = ListwiseCELoss(relevance_weight, inner_estimator)
     module = make_sox(obj, sizes, model=None, ema_weight=1.0)
     true = grads(module, obj.exact_value(module(batch), batch))
     assert true.abs().max() > 1e-3
@@ -486,7 +486,7 @@ def test_listwise_ce_estimator_is_the_exact_gradient_on_full_lists(relevance_wei
 def test_listwise_ce_is_listnet_top_one_cross_entropy(relevance_weight):
     """|D|·F = Σ_q −Σ_{i relevant} P_q(y_i) log softmax_i(h over S_q), by a double loop."""
     batch, sizes = ranking_data()
-    obj = ListwiseCE(relevance_weight)
+    obj = ListwiseCELoss(relevance_weight)
     module = make_sox(obj, sizes, model=None)
     s = module(batch).detach()
     total = 0.0
@@ -505,14 +505,14 @@ def test_listwise_ce_linear_weight_is_uniform_for_binary_relevance():
     batch, _ = ranking_data()
     batch["relevance"] = (batch["relevance"] > 0).double()
     scores = batch["x"].sum(-1)
-    linear, uniform = ListwiseCE("linear").inner(scores, batch), ListwiseCE("uniform").inner(scores, batch)
+    linear, uniform = ListwiseCELoss("linear").inner(scores, batch), ListwiseCELoss("uniform").inner(scores, batch)
     assert torch.allclose(linear.context["weight"], uniform.context["weight"], rtol=1e-15)
     assert not torch.allclose(linear.context["weight"], torch.ones_like(linear.context["weight"]))
 
 
 def test_listwise_ce_ignores_padding_whatever_its_scores():
     batch, sizes = ranking_data()
-    obj = ListwiseCE()
+    obj = ListwiseCELoss()
     scores = batch["x"].sum(-1).clone().requires_grad_(True)
     garbage = torch.where(batch["mask"], scores, torch.full_like(scores, 1e4))  # exp(1e4) is inf in float64
     clean = obj.inner(scores, batch)
@@ -565,7 +565,7 @@ def test_listwise_ce_stratified_estimator_is_unbiased_and_the_list_mean_is_not()
     full, sampled, weights, sizes = listwise_lists((7, 6, 8), n_rel=3, p=2, m=2, seed=1)
     out = {}
     for estimator in ("stratified", "list_mean"):
-        obj = ListwiseCE("linear", estimator)
+        obj = ListwiseCELoss("linear", estimator)
         module = make_sox(obj, sizes, model=None, ema_weight=0.5)
         true = grads(module, obj.exact_value(module(full), full))
         exact = exact_table(module, full)
@@ -586,12 +586,12 @@ def test_listwise_ce_weight_normalizer_needs_the_whole_relevant_set():
     del partial["relevance_sum"]
     scores = partial["x"].sum(-1)
     with pytest.raises(ValueError, match="relevance_sum"):
-        ListwiseCE("linear").inner(scores, partial)
-    assert ListwiseCE("uniform").inner(scores, partial).context["weight"].tolist() == pytest.approx([1 / 3, 1 / 3])
+        ListwiseCELoss("linear").inner(scores, partial)
+    assert ListwiseCELoss("uniform").inner(scores, partial).context["weight"].tolist() == pytest.approx([1 / 3, 1 / 3])
     with pytest.raises(ValueError, match=r"scores \[B, L\]"):
-        ListwiseCE().inner(scores.reshape(-1), partial)
+        ListwiseCELoss().inner(scores.reshape(-1), partial)
     with pytest.raises(KeyError, match="num_relevant"):
-        ListwiseCE(inner_estimator="stratified").inner(scores, {k: v for k, v in partial.items() if k != "num_relevant"})
+        ListwiseCELoss(inner_estimator="stratified").inner(scores, {k: v for k, v in partial.items() if k != "num_relevant"})
 
 
 # ---------------------------------------------------------------------------------------------- data path
@@ -650,7 +650,7 @@ def test_nca_learns_a_metric_with_sox_on_the_multiclass_datamodule():
     dm = SyntheticMulticlassDataModule(num_samples=400, num_features=8, num_classes=3, num_informative=2,
                                        class_sep=2.5, batch_size=40, seed=0)
     torch.manual_seed(0)
-    module = SOX(MLP(hidden=[], out_features=2), NCA(), data_sizes=dm.sizes, ema_weight=0.5,
+    module = SOX(MLP(hidden=[], out_features=2), NCALoss(), data_sizes=dm.sizes, ema_weight=0.5,
                  optimizer=lambda p: Momentum(p, lr=1.0, momentum_weight=0.5))
     dm.setup("fit")
     train = dm.train_dataset.fields
@@ -675,8 +675,8 @@ DDP_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[3])
     from fccolit.algorithms.sox import SOX
     from fccolit.models import LinearScorer
-    from fccolit.objectives.nca import NCA
-    from fccolit.objectives.pnorm_push import PNormPush
+    from fccolit.objectives.nca import NCALoss
+    from fccolit.objectives.pnorm_push import PNormPushLoss
     from fccolit.optim import Momentum
     from fccolit.data import binary_fields, binary_sizes
     from fccolit.samplers import DualSampler
@@ -694,12 +694,12 @@ DDP_SCRIPT = textwrap.dedent(
     for name in ("pnorm", "nca"):
         torch.manual_seed(0)
         if name == "pnorm":
-            module = SOX(LinearScorer(bias=False), PNormPush(scale=0.5), data_sizes=binary_sizes(fields),
+            module = SOX(LinearScorer(bias=False), PNormPushLoss(scale=0.5), data_sizes=binary_sizes(fields),
                          state_dtype="float64", ema_weight=0.4).double()
             sampler = DualSampler(y, 12, 4, seed=0, rank=rank, world_size=world)
         else:
             data = {"x": x, "y": torch.arange(48) % 4, "index": torch.arange(48)}
-            module = SOX(torch.nn.Linear(4, 2, bias=False), NCA(), data_sizes={"num_samples": 48},
+            module = SOX(torch.nn.Linear(4, 2, bias=False), NCALoss(), data_sizes={"num_samples": 48},
                          state_dtype="float64", ema_weight=0.4).double()
             sampler = UniformBatchSampler(48, 8, seed=0, rank=rank, world_size=world)
         opt = Momentum(module.parameters(), lr=0.1, momentum_weight=0.5)
@@ -786,7 +786,7 @@ def test_sigmoid_scores_are_sigmoid_without_subnormals(dtype):
     with gradient 0, so neither the scores nor their gradients are ever subnormal (float32's sigmoid is subnormal
     below -87, and every matrix product of the backward pass that meets such a value runs several times slower on
     x86 CPUs)."""
-    from fccolit.objectives import AveragePrecision, PartialAUCRange
+    from fccolit.objectives import AveragePrecisionSurrogate, PartialAUCRangeSurrogate
     from fccolit.surrogates import sigmoid_scores
 
     tiny = torch.finfo(dtype).tiny
@@ -807,5 +807,5 @@ def test_sigmoid_scores_are_sigmoid_without_subnormals(dtype):
     if dtype == torch.float32:  # what the clamp removes: plain sigmoid's subnormal values and gradients
         assert subnormal(torch.sigmoid(logits.detach())) and subnormal(grad_ref)
     scores = torch.tensor([-300.0, -90.0, 0.5], dtype=dtype)
-    assert torch.equal(AveragePrecision()._scores(scores), sigmoid_scores(scores))
-    assert torch.equal(PartialAUCRange(0.05, 0.5, score_transform="sigmoid").transform(scores), sigmoid_scores(scores))
+    assert torch.equal(AveragePrecisionSurrogate()._scores(scores), sigmoid_scores(scores))
+    assert torch.equal(PartialAUCRangeSurrogate(0.05, 0.5, score_transform="sigmoid").transform(scores), sigmoid_scores(scores))

@@ -25,7 +25,7 @@ from torch import nn
 
 from fccolit.algorithms.pauc.base import SBCDLoop
 from fccolit.algorithms.pauc.thresholds import ThresholdTracker
-from fccolit.objectives.pauc import RankedRangeObjective, SumOfRankedRange
+from fccolit.objectives.pauc import RankedRangeObjective, SumOfRankedRangeLoss
 
 __all__ = ["PAUCRange", "SoRR"]
 
@@ -56,7 +56,7 @@ class PAUCRange(SBCDLoop):
 
     Args:
         model: the scorer ``h_w`` (``LinearScorer``, an MLP, a vision backbone, ...).
-        objective: a :class:`~fccolit.objectives.pauc.PartialAUCRange` (default: FPR [0.05, 0.5], logistic ℓ).
+        objective: a :class:`~fccolit.objectives.pauc.PartialAUCRangeSurrogate` (default: FPR [0.05, 0.5], logistic ℓ).
         mu: μ' = μ·N₊N₋ (default 10³, the paper's deep-model value and one of its linear-model values).
         gamma: γ' = γ·N₊N₋ (default 2·10³: γ/μ = 2, the smallest ratio of the paper's Appendix E.2; an assumption:
             γ/μ = 2 was stable and γ/μ = 20 unstable in a CPU run on a9a).
@@ -212,13 +212,13 @@ class SoRR(PAUCRange):
     Algorithm 3 prints ``λ_i`` and ``η_t`` in the threshold step; λ is a scalar and θ_t is meant (equal to η_t in
     E.1), which is what ``lambda_lr`` (default ``lr``) gives.
 
-    Args: as :class:`PAUCRange`; ``objective`` must be a :class:`~fccolit.objectives.pauc.SumOfRankedRange`
+    Args: as :class:`PAUCRange`; ``objective`` must be a :class:`~fccolit.objectives.pauc.SumOfRankedRangeLoss`
     (default: the shares [0.05, 0.5] of the losses, BCE-with-logits loss, reweighted stratified batches).
     """
 
-    default_objective = SumOfRankedRange
+    default_objective = SumOfRankedRangeLoss
 
     def __init__(self, model: nn.Module, objective: RankedRangeObjective | None = None, **kwargs: Any) -> None:
-        if objective is not None and not isinstance(objective, SumOfRankedRange):
-            raise TypeError(f"SoRR needs a SumOfRankedRange objective, got {type(objective).__name__}")
+        if objective is not None and not isinstance(objective, SumOfRankedRangeLoss):
+            raise TypeError(f"SoRR needs a SumOfRankedRangeLoss objective, got {type(objective).__name__}")
         super().__init__(model, objective, **kwargs)

@@ -12,7 +12,7 @@ from torch import nn
 from fccolit.algorithms.base import FCCOModule
 from fccolit.algorithms.double_loop import DoubleLoop, LoopPosition
 from fccolit.algorithms.pauc.thresholds import ThresholdTracker
-from fccolit.objectives.pauc import PartialAUCRange, RankedRangeBatch, RankedRangeObjective, ranked_range_mean
+from fccolit.objectives.pauc import PartialAUCRangeSurrogate, RankedRangeBatch, RankedRangeObjective, ranked_range_mean
 
 __all__ = ["RankedRangeModule", "SBCDLoop"]
 
@@ -25,7 +25,7 @@ class RankedRangeModule(LoopPosition, FCCOModule):
     :meth:`alternative_evaluation`)."""
 
     #: the objective used when none is given
-    default_objective: type[RankedRangeObjective] = PartialAUCRange
+    default_objective: type[RankedRangeObjective] = PartialAUCRangeSurrogate
     loop_keys: tuple[str, ...] = ("grad_evals",)
 
     def __init__(self, model: nn.Module, objective: RankedRangeObjective | None = None, **kwargs: Any) -> None:
@@ -33,7 +33,7 @@ class RankedRangeModule(LoopPosition, FCCOModule):
         if not isinstance(objective, RankedRangeObjective):
             raise TypeError(
                 f"{type(self).__name__} solves ranked-range problems: pass a fccolit.objectives.pauc objective "
-                f"(PartialAUCRange, SumOfRankedRange), got {type(objective).__name__}"
+                f"(PartialAUCRangeSurrogate, SumOfRankedRangeLoss), got {type(objective).__name__}"
             )
         kwargs.setdefault("state_dtype", "float64")
         self.init_loop()

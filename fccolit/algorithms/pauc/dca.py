@@ -41,7 +41,7 @@ class DCA(SBCDLoop):
     set (identical on every rank; a baseline, not optimised). Validation evaluates the live (last) iterate.
 
     Args:
-        model, objective: as :class:`~fccolit.algorithms.pauc.PAUCRange` (PartialAUCRange or SumOfRankedRange).
+        model, objective: as :class:`~fccolit.algorithms.pauc.PAUCRange` (PartialAUCRangeSurrogate or SumOfRankedRangeLoss).
         lr, lambda_lr, inner_steps, inner_growth, step_decay, lambda_init: as
             :class:`~fccolit.algorithms.pauc.PAUCRange` (default C = 100, the smallest of E.2's grid).
         prox_weight: L in scale-free units (L_paper / (N₊N₋)); 0 for DCA.

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from fccolit.algorithms.pauc.base import RankedRangeModule
-from fccolit.objectives.pauc import PartialAUCRange, ranked_range_mean
+from fccolit.objectives.pauc import PartialAUCRangeSurrogate, ranked_range_mean
 
 __all__ = ["MiniBatchPAUC", "PairwiseAUC"]
 
@@ -59,4 +59,4 @@ class PairwiseAUC(MiniBatchPAUC):
         self, model: nn.Module, surrogate: str = "logistic", margin: float = 1.0, scale: float = 1.0, **kwargs: Any
     ) -> None:
         kwargs.setdefault("metrics", ["auroc", "pauc_0.05_0.5"])
-        super().__init__(model, PartialAUCRange(0.0, 1.0, surrogate, margin, scale), **kwargs)
+        super().__init__(model, PartialAUCRangeSurrogate(0.0, 1.0, surrogate, margin, scale), **kwargs)
