@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch.multiprocessing as mp
 from builders import free_port
-from test_metrics_ddp import WORLD, _data, _feed, _metrics, _worker
+from .test_metrics_ddp import WORLD, _data, _feed, _metrics, _worker
 
 SHARDS = {"q": (23, 7), "n": (301, 120), "u": (13, 4), "m": (40, 15), "c": (50, 0)}  # (size, rank 0's share)
 

@@ -281,7 +281,7 @@ def _raise_on_nan_scores(scores: Tensor, top_values: Tensor) -> None:
 
     On CPU, the ``amin`` / ``amax`` scatters that exclude items keep a NaN score NaN (NaN propagates), and
     ``torch.topk`` ranks every NaN (either sign) above every number, so any NaN of ``scores`` is in the top k
-    (tested in tests/metrics/test_full_ranking.py). Other devices read every score (CUDA's ``topk`` may rank a NaN with
+    (tested in tests/metrics/functional/test_ranking.py). Other devices read every score (CUDA's ``topk`` may rank a NaN with
     the sign bit set last, pytorch issue 117617; the full read is cheap there).
     """
     if scores.device.type == "cpu" and not bool(torch.isnan(top_values).any()):

@@ -1,6 +1,6 @@
-"""The evaluation mechanism: metrics that read their batch fields (BatchMetric) in one container per stage
-(EvaluationMetrics), what they log, and ``trainer.validate`` followed by ``trainer.fit`` (metric states reset under
-inference mode must take later updates)."""
+"""Tests of fccolit.metrics.base: metrics that read their batch fields (BatchMetric) in one container per stage
+(EvaluationMetrics), what the container logs and which curves it merges, and ``trainer.validate`` followed by
+``trainer.fit`` (metric states reset under inference mode must take later updates)."""
 
 import pytest
 import torch
@@ -13,18 +13,19 @@ from fccolit.algorithms.song import SONG
 from fccolit.algorithms.supervised import Supervised
 from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
 from fccolit.metrics import (
-    AUROCScore,
-    NDCGScore,
-    BatchMetric,
     APScore,
+    AUROCScore,
+    BatchMetric,
     EvaluationMetrics,
     FullRankingNDCGScore,
-    AccuracyScore,
+    NDCGScore,
     build_metric,
 )
 from fccolit.metrics.functional import ap_score
 from fccolit.models.ltr import ListMLP
 from fccolit.objectives.ndcg import NDCGSurrogate
+
+from .helpers import ranking_lists, tied_binary
 
 
 def test_each_batch_feeds_the_metrics_that_read_its_fields():
@@ -48,32 +49,6 @@ def test_each_batch_feeds_the_metrics_that_read_its_fields():
         EvaluationMetrics({"ndcg@2": NDCGScore(top_k=2), "ndcg_at_2": NDCGScore(top_k=2)})
 
 
-def test_metrics_name_their_values_per_task_per_class_and_per_cutoff():
-    tasks = APScore()
-    scores = torch.tensor([[0.9, 0.2], [0.1, 0.8], [0.5, 0.1]])
-    tasks.update_from_batch(scores, {"y": torch.tensor([[1, 0], [0, 1], [0, -1]])})
-    values = tasks.named_values("ap", labels=["No Finding", "edema"])
-    assert list(values) == ["ap", "ap/No_Finding", "ap/edema"]
-    assert float(values["ap"]) == pytest.approx(1.0) and float(values["ap/edema"]) == pytest.approx(1.0)
-    single = AUROCScore()
-    single.update_from_batch(scores[:, 0], {"y": torch.tensor([[1], [0], [0]])})  # [N, 1] labels
-    assert list(single.named_values("auroc")) == ["auroc"]
-
-    accuracy = AccuracyScore(3)
-    accuracy.update_from_batch(torch.eye(3)[[0, 1, 1]], {"y": torch.tensor([[0], [1], [2]])})
-    values = accuracy.named_values("accuracy")
-    assert list(values) == ["accuracy", "accuracy/0", "accuracy/1", "accuracy/2"]
-    assert [float(v) for v in values.values()] == pytest.approx([2 / 3, 1.0, 1.0, 0.0])
-
-    full = FullRankingNDCGScore(top_ks=(1, 3), names=("ndcg@1", "ndcg"))
-    batch = {"heldout_items": torch.tensor([[2, -1]]), "heldout_relevance": torch.tensor([[1.0, 0.0]])}
-    assert full.reads(batch) and not NDCGScore().reads(batch)
-    full.update_from_batch(torch.tensor([[0.3, 0.2, 0.1]]), batch)  # the held-out item ranks third
-    assert {k: float(v) for k, v in full.named_values("unused").items()} == pytest.approx({"ndcg@1": 0.0, "ndcg": 0.5})
-    with pytest.raises(ValueError, match="one logged name per cut-off"):
-        FullRankingNDCGScore(top_ks=(1, 3), names=("ndcg@1",))
-
-
 def test_every_metric_is_a_batch_metric_that_names_its_fields():
     for name in ("ap", "auroc", "pauc_0.05_0.5", "accuracy", "ndcg@3"):
         metric = build_metric(name, num_classes=2)
@@ -82,7 +57,25 @@ def test_every_metric_is_a_batch_metric_that_names_its_fields():
     assert FullRankingNDCGScore.optional_inputs == ("exclude_items",) and NDCGScore.optional_inputs == ("mask",)
 
 
+def test_a_stage_merges_the_curves_that_describe_the_same_data():
+    s, y = tied_binary(4)
+    p, rel, mask = ranking_lists(5)
+    metrics = EvaluationMetrics({"ap": APScore(), "auroc": AUROCScore(), "ndcg@3": NDCGScore(top_k=3),
+                                 "ndcg@6": NDCGScore(top_k=6)})
+    metrics.update_from_batch(s, {"y": y})
+    metrics.update_from_batch(p, {"relevance": rel, "mask": mask})
+    metrics.named_values()
+    curves = metrics.named_curves()
+    assert sorted(curves) == ["ndcg@k", "roc"]
+    assert curves["ndcg@k"].shape == (6,)  # the longer of NDCG@1..3 and NDCG@1..6
+    torch.testing.assert_close(curves["ndcg@k"][:3], metrics["ndcg_at_3"].named_curves()["ndcg@k"], rtol=0, atol=1e-15)
+    metrics.reset()
+    assert metrics.named_curves() == {}
+
+
 # ---------------------------------------------------------------------------- validate, then fit
+
+
 class CrossEntropy(Supervised):
     """Multi-class cross-entropy on ``[B, C]`` scores (the training half does not matter here)."""
 
@@ -138,20 +131,3 @@ def test_validate_then_fit_with_a_ranking_metric(tmp_path):
     trainer = _trainer(tmp_path, max_epochs=1, num_sanity_val_steps=0)
     trainer.fit(module, datamodule=dm)
     assert {"val/ndcg@3", "val/ndcg"} <= set(trainer.callback_metrics)
-
-
-def test_constraint_statistics_add_up_batches_and_divide_once():
-    from fccolit.callbacks.constraints import ConstraintStatistics
-
-    stats = ConstraintStatistics(num_constraints=2, dim=1)
-    stats.update(torch.tensor([[3.0], [0.0]]), torch.tensor([[2.0], [0.0]]))
-    stats.update(torch.tensor([[1.0], [0.0]]), torch.tensor([[2.0], [0.0]]))
-    means = stats.compute()
-    assert means[0, 0] == 1.0 and torch.isnan(means[1, 0])  # no data for constraint 1
-    stats.reset()
-    with torch.inference_mode():  # as trainer.validate resets it; a later fit's updates must still apply
-        stats.reset()
-    stats.update(torch.tensor([[2.0], [4.0]]), torch.tensor([[1.0], [2.0]]))
-    assert stats.reduced().tolist() == [[2.0], [2.0]]
-    with pytest.raises(ValueError, match="shape"):
-        stats.update(torch.zeros(3, 1), torch.ones(3, 1))

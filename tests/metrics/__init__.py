@@ -1,0 +1,1 @@
+"""Tests of fccolit.metrics: one module per library module (functional kernels under functional/)."""

@@ -1,0 +1,1 @@
+"""Tests of fccolit.metrics.functional, one module per library module."""
