@@ -45,9 +45,10 @@ __all__ = ["ALEXR2"]
 
 
 class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
-    r"""ALEXR2 with the constrained variant (Chen et al., NeurIPS 2025).
+    r"""ALEXR2: inner ALEXR steps to the prox point of F_λ, outer steps (Chen et al., NeurIPS 2025, arXiv:2506.02504).
 
-    Chen et al.'s Algorithm 2, with the constrained variant of their eq. (39); see the module docstring.
+    Chen et al.'s Algorithm 2, with the constrained variant of their eq. (39); see the module docstring for the
+    inner and outer steps. Every batch is one inner step; every ``inner_steps``-th batch also takes the outer step.
 
     Args:
         lam: λ > 0 (or 0 for a smooth outer), the outer smoothing; ``f̄ = f_λ``, ``y = ∇f_λ(u)``. Default 2e-3:
@@ -71,6 +72,37 @@ class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`. The optimizer is the outer one (α = its
             ``lr``, β = its ``momentum_weight``); the scheduler drives it and steps once per outer step
             (``scheduler_interval="step"``) or per epoch. ``gradient_clip_val`` clips each inner ``G_k``.
+        model, objective: see :class:`~fccolit.algorithms.sonex.NonsmoothFCCOModule`.
+
+    Raises:
+        ValueError: ``nu`` (ν) ≤ 0; ``inner_lr`` (η) ≤ 0; ``inner_steps`` (K) < 1; ``ema_weight`` (γ̂) outside
+            (0, 1]; ``extrapolation`` (θ) < 0; ``eval_params`` not ``"anchor"`` / ``"inner"``; and
+            :class:`~fccolit.algorithms.sonex.NonsmoothFCCOModule`'s; in a step with ``independent_batches``, a
+            per-device batch of odd size; from ``configure_optimizers``, a model without trainable parameters.
+        TypeError, RuntimeError: see :class:`~fccolit.algorithms.sonex.NonsmoothFCCOModule`.
+        FloatingPointError: a non-finite inner estimate, gradient or loss in an inner step, or a non-finite outer
+            gradient (the step is not taken).
+
+    Example:
+        One inner step's FCCO part by hand (``training_step`` adds the proximal z step and, every K-th batch, the
+        outer step):
+
+        >>> import torch
+        >>> from fccolit.algorithms import ALEXR2
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import GroupDROCVaRLoss
+        >>> batch = {"x": torch.randn(8, 3), "y": torch.tensor([1, 0, 1, 0, 1, 0, 1, 0]),
+        ...          "group": torch.tensor([0, 0, 1, 1, 2, 2, 0, 1])}  # the outer index: one u per group
+        >>> sizes = {"num_groups": 3, "num_features": 3}
+        >>> module = ALEXR2(LinearScorer(), GroupDROCVaRLoss(ratio=0.5), data_sizes=sizes)
+        >>> round(module.dual_step, 6), module.loop  # γ = γ̂/(1 − γ̂); the loop position (t, k)
+        (4.0, {'outer_step': 0, 'inner_step': 0})
+        >>> value_batch, gradient_batch = module.split_batch(batch)  # B (groups 0, 1) and B̃ (groups 2, 0, 1)
+        >>> with torch.no_grad():
+        ...     scores = module(value_batch)
+        >>> loss, f_u = module.compositional_loss(scores, value_batch, gradient_batch)
+        >>> module.state.visited()  # the dual step moved the groups of B only
+        tensor([ True,  True, False])
 
     ``trainer.global_step`` counts batches (inner steps): the inner step is the counted optimizer step and the
     outer step calls the wrapped optimizer directly. (So 16-bit mixed precision with a gradient scaler is not

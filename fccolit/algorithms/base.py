@@ -53,6 +53,14 @@ class TrackedSum:
         state: its per-index state (rows: the objective's outer indices).
         reduce: ``terms [R] → scalar`` (default: the mean over the batch's rows; SONEX's ``outer_normalization``
             ``"fixed"`` divides the sum by a fixed m instead).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.objectives import AveragePrecisionSurrogate
+        >>> from fccolit.state import IndexedState
+        >>> tracked = TrackedSum(AveragePrecisionSurrogate(), IndexedState(2, 2, name="u"))
+        >>> tracked.reduce(torch.tensor([1.0, 3.0]))  # the batch's share of the loss: the mean of its rows' terms
+        tensor(2.)
     """
 
     objective: FCCOObjective
@@ -95,8 +103,13 @@ class FCCOModule(FiniteSteps, RunState, Evaluation, LightningModule):
             loggers only).
 
     Raises:
-        ValueError: ``initial_state`` other than ``"first_estimate"`` for a state with its own first-visit rule; a
-            state to size without ``data_sizes``.
+        ValueError: ``scheduler_interval`` other than ``"step"`` / ``"epoch"``; ``initial_state`` other than
+            ``"first_estimate"`` for a state with its own first-visit rule (or no state); a state to size without
+            ``data_sizes``; in a step, a multi-task batch (a ``task`` field) for an objective without
+            ``multi_task`` or a model without one output per task; from ``configure_optimizers``, a model without
+            trainable parameters.
+        IndexError: a batch's outer index beyond the state's rows (``data_sizes`` of other data).
+        FloatingPointError: a non-finite inner estimate, gradient or loss in a training step (the step is not taken).
 
     Attributes read by the default state rule (set by each algorithm's constructor, not hooks):
         ema_weight: γ, the weight of the new inner estimate in the moving average (1: no memory).
@@ -105,13 +118,27 @@ class FCCOModule(FiniteSteps, RunState, Evaluation, LightningModule):
             ``"fresh"`` (after it).
 
     Example:
+        A new algorithm overrides the hooks its paper changes; here ``update_state``, with the plug-in rule
+        ``u_i := ĝ_i`` (no memory), on an AP problem:
+
         >>> import torch
-        >>> from torch import nn
         >>> from fccolit.algorithms import SOX
-        >>> from fccolit.objectives import PNormPushLoss
-        >>> module = SOX(nn.Linear(3, 1, bias=False), PNormPushLoss(), data_sizes={"num_positives": 4, "num_features": 3})
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import AveragePrecisionSurrogate
+        >>> class PlugIn(SOX):
+        ...     def update_state(self, inner):
+        ...         return self.tracked.state.update(inner.index, inner.value, ema_weight=1.0, synced=self.synced)
+        >>> batch = {"x": torch.randn(6, 3), "y": torch.tensor([1, 0, 0, 1, 0, 0]), "index": torch.arange(6),
+        ...          "pos_index": torch.tensor([0, -1, -1, 1, -1, -1])}  # row of u for each positive
+        >>> module = PlugIn(LinearScorer(), AveragePrecisionSurrogate(),
+        ...                 data_sizes={"num_samples": 6, "num_positives": 2, "num_features": 3})
         >>> [t.state.name for t in module.tracked_sums]
         ['u']
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)  # the template calls the four hooks
+        >>> loss.shape, f_u.shape  # the surrogate scalar (its gradient is the estimator), f_i(u_i) per row
+        (torch.Size([]), torch.Size([2]))
+        >>> torch.equal(module.state.values(), AveragePrecisionSurrogate().inner(module(batch), batch).value.detach())
+        True
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out

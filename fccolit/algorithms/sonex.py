@@ -54,6 +54,20 @@ def theoretical_correction_weight(ema_weight: float, num_rows: int, rows_per_ste
     The paper's experiments tune γ' in {0.01, …, 0.2} instead. With full participation (B1 = n) it is ``1 − γ``,
     for which ``u`` tracks a deterministic ``g`` exactly: with ``u_t = g(w_{t−1})``,
     ``(1 − γ) g(w_{t−1}) + γ g(w_t) + (1 − γ)(g(w_t) − g(w_{t−1})) = g(w_t)``.
+
+    Args:
+        ema_weight: γ ∈ (0, 1).
+        num_rows: n, the outer indices (state rows).
+        rows_per_step: B1, the outer indices sampled per step.
+
+    Raises:
+        ValueError: ``ema_weight`` outside (0, 1).
+
+    Example:
+        >>> theoretical_correction_weight(0.5, num_rows=10, rows_per_step=10)  # full participation: 1 − γ
+        0.5
+        >>> theoretical_correction_weight(0.5, num_rows=10, rows_per_step=5)
+        2.5
     """
     if not 0.0 < ema_weight < 1.0:
         raise ValueError(f"γ must be in (0, 1) for the theoretical γ', got {ema_weight}")
@@ -61,9 +75,17 @@ def theoretical_correction_weight(ema_weight: float, num_rows: int, rows_per_ste
 
 
 class NonsmoothFCCOModule(FCCOModule):
-    """What SONEX and ALEXR2 share (see the module docstring).
+    """What SONEX and ALEXR2 share (Chen et al., NeurIPS 2025, arXiv:2506.02504): MSVR inputs, f_λ, ``g_0``.
+
+    The base of :class:`SONEX` and :class:`~fccolit.algorithms.alexr2.ALEXR2` (see the module docstring): the base
+    step template with the MSVR correction ``ĝ_i`` at :meth:`previous_iterate` (none here), the weight ``∇f_λ(u_i)``,
+    the objective's direct term ``g_0``, constraint sampling and the rows' weighting; it counts its steps
+    (``steps_done``, in every checkpoint).
 
     Args:
+        model: the backbone (scores ``[B]``; with the objective's parameters, e.g. the CVaR threshold, the
+            variables w).
+        objective: the FCCO problem; a :class:`~fccolit.objectives.nonsmooth.CompositeObjective` for ``lam`` > 0.
         lam: λ ≥ 0, the outer smoothing: the algorithm uses ``∇f_λ`` (Moreau envelope, needs a
             :class:`~fccolit.objectives.nonsmooth.CompositeObjective`); 0 uses ``∇f`` itself (a subgradient for
             a non-smooth f: SONX).
@@ -82,6 +104,31 @@ class NonsmoothFCCOModule(FCCOModule):
               batch use ``"present"``.
               Under DDP with an objective that is not evaluated on the gathered batch (each rank holds its own
               rows) the sum is scaled by the world size, so DDP's average over ranks is the same estimator.
+        **kwargs: :class:`~fccolit.algorithms.base.FCCOModule`'s arguments.
+
+    Raises:
+        ValueError: ``outer_normalization`` not ``"present"`` / ``"fixed"``; ``lam`` < 0; ``constraints_per_step``
+            < 1; and :class:`~fccolit.algorithms.base.FCCOModule`'s.
+        TypeError: ``lam`` > 0 with an objective that is not a ``CompositeObjective`` (no prox); in a step with a
+            previous iterate, an objective with parameters but no ``forward``.
+        RuntimeError: in a step, the objective's ``inner`` returns other outer indices at the previous parameters.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import GroupDROCVaRLoss
+        >>> batch = {"x": torch.randn(8, 3), "y": torch.tensor([1, 0, 1, 0, 1, 0, 1, 0]),
+        ...          "group": torch.tensor([0, 0, 1, 1, 2, 2, 0, 1])}  # the outer index: one u per group
+        >>> sizes = {"num_groups": 3, "num_features": 3}
+        >>> from fccolit.algorithms.sonex import NonsmoothFCCOModule
+        >>> module = NonsmoothFCCOModule(LinearScorer(), GroupDROCVaRLoss(), outer_normalization="fixed",
+        ...                              data_sizes=sizes)
+        >>> module.reduce_rows(torch.ones(2))  # two groups present, three due every step: (1/m) Σ_i
+        tensor(0.6667)
+        >>> NonsmoothFCCOModule(LinearScorer(), GroupDROCVaRLoss(), lam=-1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: the smoothing parameter λ (lam) must be >= 0, got -1.0
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
@@ -263,9 +310,9 @@ class NonsmoothFCCOModule(FCCOModule):
 
 
 class SONEX(NonsmoothFCCOModule):
-    r"""SONEX: MSVR tracking + Moreau-envelope outer gradient + momentum or Adam-type step (Chen et al., NeurIPS 2025).
+    r"""SONEX: MSVR tracking, Moreau-envelope outer gradient, momentum (Chen et al., NeurIPS 2025, arXiv:2506.02504).
 
-    Chen et al.'s Algorithm 1.
+    Chen et al.'s Algorithm 1 (momentum or Adam-type step: the optimizer's).
 
     One training step, for the outer indices ``i`` of the batch (groups, constraints, ...; the others unchanged)::
 
@@ -280,11 +327,6 @@ class SONEX(NonsmoothFCCOModule):
     :class:`~fccolit.objectives.constrained.ConstrainedObjective` (``g_0`` = the objective, one row per constraint)
     and optionally ``constraints_per_step`` < m.
 
-    When ``g_0`` is itself an FCCO (the objective's ``direct_objective``, e.g. the global contrastive loss of
-    :class:`~fccolit.objectives.ContinualLearningObjective`), its inner values ``g_{0,a}`` are tracked by the same step in a
-    second state, ``direct_state`` (u_0), and ``∇ĝ_0`` above becomes ``mean_a ∇ĝ_{0,a}(w_t) ∇f_0(u_{0,a})``: the
-    paper's "modified SONEX" (Chen et al., App. F.3). ALEXR2 and the other modules use the plug-in ``ĝ_0`` instead.
-
     Args:
         lam: λ, outer smoothing (default 0.01: an assumption; the GDRO grid was {1, 0.1, 0.01}, the ROC-fairness
             grid {2e-2, 2e-3, 2e-4}; the theory takes λ = ε/C_f, and λ = ε/ρ for the smoothed-hinge penalty).
@@ -295,8 +337,35 @@ class SONEX(NonsmoothFCCOModule):
         u_for_gradient: ``"fresh"`` (u after this step's update: the indexing of the proof, App. B) or
             ``"previous"`` (u before it, SOX's Algorithm 1).
         constraints_per_step, sample_seed, outer_normalization: see :class:`NonsmoothFCCOModule`.
+        model, objective: see :class:`NonsmoothFCCOModule`.
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`. β and η belong to the optimizer; default
             ``Momentum(lr=1e-3, momentum_weight=0.1)`` (β = 0.1, Table 3's best).
+
+    Raises:
+        ValueError: ``ema_weight`` (γ) outside (0, 1]; ``correction_weight`` (γ') < 0; ``u_for_gradient`` other
+            than ``"fresh"`` / ``"previous"``; and :class:`NonsmoothFCCOModule`'s.
+        TypeError: a tracked direct term (``direct_objective``) of an objective with trainable parameters; and
+            :class:`NonsmoothFCCOModule`'s.
+        RuntimeError: see :class:`NonsmoothFCCOModule`.
+        FloatingPointError: a non-finite inner estimate, gradient or loss in a training step (the step is not taken).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import GroupDROCVaRLoss
+        >>> batch = {"x": torch.randn(8, 3), "y": torch.tensor([1, 0, 1, 0, 1, 0, 1, 0]),
+        ...          "group": torch.tensor([0, 0, 1, 1, 2, 2, 0, 1])}  # the outer index: one u per group
+        >>> sizes = {"num_groups": 3, "num_features": 3}
+        >>> from fccolit.algorithms import SONEX
+        >>> module = SONEX(LinearScorer(), GroupDROCVaRLoss(ratio=0.5), data_sizes=sizes)
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)  # ĝ_i(w_{t−1}) from module.previous
+        >>> module.state.visited(), int(module.steps_done)
+        (tensor([True, True, True]), 1)
+
+    When ``g_0`` is itself an FCCO (the objective's ``direct_objective``, e.g. the global contrastive loss of
+    :class:`~fccolit.objectives.ContinualLearningObjective`), its inner values ``g_{0,a}`` are tracked by the same step in a
+    second state, ``direct_state`` (u_0), and ``∇ĝ_0`` above becomes ``mean_a ∇ĝ_{0,a}(w_t) ∇f_0(u_{0,a})``: the
+    paper's "modified SONEX" (Chen et al., App. F.3). ALEXR2 and the other modules use the plug-in ``ĝ_0`` instead.
 
     Under DDP: objectives that pool the batch (``needs_global_batch``) are evaluated on the gathered global batch;
     the others must see the same outer indices with equal sample counts on every rank (the group sampler lays its
@@ -372,12 +441,37 @@ class SONEX(NonsmoothFCCOModule):
 class SONX(SONEX):
     """SONX: SONEX without smoothing and without momentum (Hu, Zhu & Yang, NeurIPS 2023).
 
-    A baseline of Chen et al., NeurIPS 2025.
+    Quanqi Hu, Dixian Zhu and Tianbao Yang, "Non-smooth Weakly-Convex Finite-sum Coupled Compositional
+    Optimization", NeurIPS 2023; a baseline of Chen et al. (NeurIPS 2025, arXiv:2506.02504).
 
     MSVR tracking as SONEX, the **un-smoothed** (sub)gradient ``∂f(u_i)`` of the outer function (the hinge
     penalty of Yang et al. 2025, arXiv:2504.15243), and a plain SGD step: the default optimizer is
     ``Momentum(momentum_weight=1)``.
     ``SONX(...)`` equals ``SONEX(..., lam=0)`` with the same optimizer (a test checks it).
+
+    Args:
+        model, objective: see :class:`NonsmoothFCCOModule`.
+        ema_weight: γ ∈ (0, 1] (default 0.8, as :class:`SONEX`).
+        correction_weight: γ' ≥ 0, the MSVR correction (default 0.1, as :class:`SONEX`).
+        **kwargs: :class:`SONEX`'s other arguments but ``lam`` (fixed at 0).
+
+    Raises:
+        ValueError, TypeError, RuntimeError: see :class:`SONEX`.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import GroupDROCVaRLoss
+        >>> batch = {"x": torch.randn(8, 3), "y": torch.tensor([1, 0, 1, 0, 1, 0, 1, 0]),
+        ...          "group": torch.tensor([0, 0, 1, 1, 2, 2, 0, 1])}  # the outer index: one u per group
+        >>> sizes = {"num_groups": 3, "num_features": 3}
+        >>> from fccolit.algorithms import SONX
+        >>> module = SONX(LinearScorer(), GroupDROCVaRLoss(ratio=0.5), data_sizes=sizes)
+        >>> module.lam, module.configure_optimizers().param_groups[0]["momentum_weight"]  # no λ, β = 1
+        (0.0, 1.0)
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)
+        >>> f_u.shape  # f(u_g) of the three groups
+        torch.Size([3])
     """
 
     def __init__(
@@ -397,9 +491,9 @@ class SONX(SONEX):
 
 
 class PenaltySOX(SONEX):
-    """SOX on a composite objective: the baseline "SOX + squared-hinge penalty" of Chen et al. (NeurIPS 2025).
+    """PenaltySOX: SOX plus a direct term, Chen et al.'s "SOX + squared-hinge penalty" baseline (arXiv:2506.02504).
 
-    SOX is Wang & Yang's Algorithm 1 (ICML 2022).
+    SOX is Wang & Yang's Algorithm 1 (ICML 2022, arXiv:2202.12396).
 
     Moving average without correction (γ' = 0), the previous ``u`` in the gradient, no smoothing, momentum β::
 
@@ -409,6 +503,30 @@ class PenaltySOX(SONEX):
     with ``penalty="squared_hinge"`` (Li et al. [7]); defaults are SOX's (γ = 0.1). A direct term that is itself an
     FCCO (e.g. :class:`~fccolit.objectives.ContinualLearningObjective`'s contrastive loss) is tracked by the same rule (see
     :class:`SONEX`): ``∇ĝ_0`` becomes ``mean_a ∇ĝ_{0,a} ∇f_0(u_{0,a}^{t−1})``.
+
+    Args:
+        model, objective: see :class:`NonsmoothFCCOModule`.
+        ema_weight: γ ∈ (0, 1] (default 0.1, SOX's).
+        u_for_gradient: ``"previous"`` (SOX's Algorithm 1, default) or ``"fresh"``.
+        **kwargs: :class:`SONEX`'s other arguments but ``lam`` and ``correction_weight`` (fixed at 0).
+
+    Raises:
+        ValueError, TypeError: see :class:`SONEX`.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import GroupDROCVaRLoss
+        >>> batch = {"x": torch.randn(8, 3), "y": torch.tensor([1, 0, 1, 0, 1, 0, 1, 0]),
+        ...          "group": torch.tensor([0, 0, 1, 1, 2, 2, 0, 1])}  # the outer index: one u per group
+        >>> sizes = {"num_groups": 3, "num_features": 3}
+        >>> from fccolit.algorithms import PenaltySOX
+        >>> module = PenaltySOX(LinearScorer(), GroupDROCVaRLoss(ratio=0.5), data_sizes=sizes)
+        >>> module.correction_weight, module.previous  # no MSVR correction: no copy of w_{t−1}
+        (0.0, None)
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)
+        >>> module.state.visited()
+        tensor([True, True, True])
     """
 
     def __init__(

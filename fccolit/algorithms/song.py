@@ -71,7 +71,7 @@ def _ndcg_cutoff(name: str, num_items: int) -> int:
 
 
 class RankingSOX(SOX):
-    """SOX on a per-pair ranking objective, with the ranking batch schema as input and NDCG evaluation.
+    """SOX on a per-pair ranking objective, with ranking batches as input and NDCG evaluation (Qiu et al., ICML 2022).
 
     Everything SONG, K-SONG and SOLC share besides their objective and state rule: scoring a batch
     (:func:`score_lists`), the default metrics (NDCG@{1,3,5} for learning to rank, NDCG@{10,20,50} for
@@ -92,6 +92,27 @@ class RankingSOX(SOX):
             et al., ICML 2022 ran their MSLR / Yahoo experiments in) or ``"skip"`` (left out of
             the mean). MSLR-WEB30K has about 3% of such queries, so the choice moves NDCG@k by up to 0.03.
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`.
+
+    Raises:
+        ValueError: ``empty_query`` not one of ``"zero"``, ``"one"``, ``"skip"``; a recommendation metric name other
+            than ``"ndcg@K"`` / ``"ndcg"``; ``ema_weight`` (γ0) outside (0, 1] or ``u_for_gradient`` other than
+            ``"previous"`` / ``"fresh"``; in a step, a batch with neither ``features`` nor ``items``; in evaluation, a
+            full-ranking batch (``heldout_items``) for a module built without ``num_users`` in ``data_sizes``.
+        TypeError: in evaluation, a full-ranking batch for a model without ``score_all``.
+
+    Example:
+        The default metrics follow the data: NDCG@{1,3,5} for learning to rank, @{10,20,50} for recommendation.
+
+        >>> from fccolit.algorithms import RankingSOX
+        >>> from fccolit.models.ltr import ListMLP
+        >>> from fccolit.models.neumf import NeuMF
+        >>> from fccolit.objectives.ndcg import NDCGSurrogate
+        >>> RankingSOX(ListMLP(), NDCGSurrogate(), data_sizes={"num_queries": 3, "num_features": 2, "num_pairs": 4}
+        ...            ).metric_names
+        ['ndcg@1', 'ndcg@3', 'ndcg@5']
+        >>> RankingSOX(NeuMF(), NDCGSurrogate(), data_sizes={"num_users": 3, "num_items": 5, "num_queries": 3,
+        ...                                                  "num_pairs": 4}).metric_names
+        ['ndcg@10', 'ndcg@20', 'ndcg@50']
     """
 
     def __init__(
@@ -152,7 +173,7 @@ class RankingSOX(SOX):
 
 
 class SONG(RankingSOX):
-    r"""SONG (Qiu et al., ICML 2022, Algorithm 1): stochastic optimization of the NDCG surrogate.
+    r"""SONG: stochastic optimization of the NDCG surrogate (Qiu et al., ICML 2022, arXiv:2202.12183, Algorithm 1).
 
     For every relevant pair (q, i) of the batch (others unchanged)::
 
@@ -171,6 +192,26 @@ class SONG(RankingSOX):
             most cases", App. D.3, and is the default).
         u_for_gradient: ``"previous"`` (Algorithm 1, default) or ``"fresh"``.
         (the rest): see :class:`RankingSOX`.
+
+    Raises:
+        ValueError: ``ema_weight`` (γ0) outside (0, 1]; and :class:`RankingSOX`'s.
+        TypeError: see :class:`RankingSOX`.
+        FloatingPointError: a non-finite inner estimate, gradient or loss in a training step (the step is not taken).
+
+    Example:
+        >>> from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
+        >>> from fccolit.models.ltr import ListMLP
+        >>> data = SyntheticRankingDataModule(task="ltr", num_queries=3, num_features=2, list_size=(3, 4), top_k=2,
+        ...                                   num_positives=None, num_negatives=None, val_queries=1, test_queries=1)
+        >>> data.setup()
+        >>> batch = data.full_batch()  # every training query with its whole list
+        >>> from fccolit.algorithms import SONG
+        >>> module = SONG(ListMLP(hidden=[4]), data_sizes=data.sizes)
+        >>> module.state  # one u per relevant (query, item) pair
+        IndexedState(name=u, num_rows=4, dim=1, decay_unsampled=False, initial='first_estimate')
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)
+        >>> loss.shape, f_u.shape, bool(module.state.visited().all())
+        (torch.Size([]), torch.Size([4]), True)
     """
 
     def __init__(
@@ -185,7 +226,7 @@ class SONG(RankingSOX):
 
 
 class KSONG(SONG):
-    r"""K-SONG (Qiu et al., ICML 2022, Algorithm 2; Algorithm 5 of App. E): stochastic optimization of top-K NDCG.
+    r"""K-SONG: stochastic optimization of top-K NDCG (Qiu et al., ICML 2022, arXiv:2202.12183, Algorithms 2 and 5).
 
     Per step, with the old values u^t, λ^t, s^t in the gradient (Algorithm 5)::
 
@@ -217,10 +258,35 @@ class KSONG(SONG):
             first batch's lower level, not in the paper: λ then starts at the batch's top-K threshold instead of
             walking there by η0-steps, one per epoch per query; the shipped configs use it, as a λ started at 0
             with η0 = 0.01 stays far below the (K+1)-th score for the whole run).
+        u_for_gradient: ``"previous"`` (Algorithm 5, default) or ``"fresh"``.
+        (the rest): see :class:`SONG`.
+
+    Raises:
+        TypeError: an objective that is not a :class:`~fccolit.objectives.ndcg.TopKNDCGSurrogate`.
+        ValueError: ``estimator`` not ``"practical"`` / ``"theoretical"``; ``lambda_lr`` (η0) ≤ 0;
+            ``hessian_ema_weight`` (γ0') outside (0, 1]; a string ``lambda_init`` other than ``"solve"``;
+            ``data_sizes["top_k"]`` other than the objective's K; and :class:`RankingSOX`'s.
+
+    Example:
+        >>> from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
+        >>> from fccolit.models.ltr import ListMLP
+        >>> data = SyntheticRankingDataModule(task="ltr", num_queries=3, num_features=2, list_size=(3, 4), top_k=2,
+        ...                                   num_positives=None, num_negatives=None, val_queries=1, test_queries=1)
+        >>> data.setup()
+        >>> batch = data.full_batch()  # every training query with its whole list
+        >>> from fccolit.algorithms import KSONG
+        >>> from fccolit.objectives.ndcg import TopKNDCGSurrogate
+        >>> module = KSONG(ListMLP(hidden=[4]), TopKNDCGSurrogate(top_k=2), data_sizes=data.sizes)
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)
+        >>> module.threshold.visited()  # λ_q of every query took one step
+        tensor([True, True, True])
+        >>> KSONG(ListMLP(), data_sizes=data.sizes)  # the default objective's K = 10
+        Traceback (most recent call last):
+        ...
+        ValueError: the DataModule computes ideal_dcg_at_k for top_k=2 but the objective's K is 10: ...
 
     Logged on logging steps: ``train/share_above_lambda`` against ``train/top_k_share`` (see
     :meth:`log_threshold_share`), which tells whether λ tracks the top-K threshold.
-        (the rest): see :class:`SONG`.
     """
 
     def __init__(
@@ -327,7 +393,9 @@ class KSONG(SONG):
 
 
 class SOLC(RankingSOX):
-    r"""SOLC: stochastic optimization of listwise cross-entropy, the warm-up objective (Qiu et al., ICML 2022).
+    r"""SOLC: stochastic optimization of listwise cross-entropy (Qiu et al., ICML 2022, arXiv:2202.12183, Algorithm 3).
+
+    The warm-up of SONG and K-SONG (:class:`fccolit.callbacks.warmup.WarmUp`).
 
     Qiu et al.'s Algorithm 3 of App. B. For every relevant pair (q, i) of the batch::
 
@@ -349,6 +417,26 @@ class SOLC(RankingSOX):
         ema_weight: γ0 (0.1: the authors' warm-up γ0 and the best of Fig. 11's left panels).
         u_for_gradient: ``"fresh"`` (Algorithm 3, default) or ``"previous"``.
         (the rest): see :class:`RankingSOX`.
+
+    Raises:
+        TypeError: an objective without ``log_inner`` / ``outer_log`` (SOLC keeps ln u).
+        ValueError: ``initial_state`` other than ``"first_estimate"`` (the log-domain state has its own first
+            visit); and :class:`RankingSOX`'s.
+
+    Example:
+        >>> from fccolit.datamodules.synthetic_ranking import SyntheticRankingDataModule
+        >>> from fccolit.models.ltr import ListMLP
+        >>> data = SyntheticRankingDataModule(task="ltr", num_queries=3, num_features=2, list_size=(3, 4), top_k=2,
+        ...                                   num_positives=None, num_negatives=None, val_queries=1, test_queries=1)
+        >>> data.setup()
+        >>> batch = data.full_batch()  # every training query with its whole list
+        >>> from fccolit.algorithms import SOLC
+        >>> module = SOLC(ListMLP(hidden=[4]), data_sizes=data.sizes)
+        >>> module.state  # ln u per relevant pair
+        IndexedState(name=log_u, num_rows=4, dim=1, decay_unsampled=False, initial='first_estimate')
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)
+        >>> f_u.shape, bool(module.state.visited().all())
+        (torch.Size([4]), True)
     """
 
     def __init__(

@@ -81,13 +81,40 @@ SOX_CHOICES: dict[str, Any] = {
 
 
 class SOXFamily(FCCOModule):
-    """The mechanism of the SOX family (module docstring): SOX and every preset derive from it.
+    """The SOX mechanism (Wang & Yang, ICML 2022, arXiv:2202.12396): the base of SOX and of every preset.
 
-    A preset declares the values that define it once, in the class attribute ``defining`` (e.g. BSGD:
-    ``{"ema_weight": 1.0, "u_for_gradient": "fresh"}``), and takes its free choices as arguments; the constructor
-    reads ``defining``, refuses a different value for a defined choice (naming :class:`SOX`, which takes any), and
-    the CLI offers only the free choices. A defining value given back unchanged (a checkpoint's hyper-parameters)
-    is accepted.
+    The update is the module docstring's. A preset declares the values that define it once, in the class attribute
+    ``defining`` (e.g. BSGD: ``{"ema_weight": 1.0, "u_for_gradient": "fresh"}``), and takes its free choices as
+    arguments; the constructor reads ``defining``, refuses a different value for a defined choice (naming
+    :class:`SOX`, which takes any), and the CLI offers only the free choices. A defining value given back unchanged
+    (a checkpoint's hyper-parameters) is accepted.
+
+    Args:
+        model: the backbone (scores ``[B]``).
+        objective: the FCCO problem (:class:`~fccolit.objectives.FCCOObjective`).
+        **kwargs: the choices of :data:`SOX_CHOICES` (``ema_weight`` — γ, ``u_for_gradient``, ``decay_unsampled``,
+            ``scale_by_n_over_B1``: see :class:`SOX`; a preset's ``defining`` ones fixed) and the arguments of
+            :class:`~fccolit.algorithms.base.FCCOModule`.
+
+    Raises:
+        ValueError: a defined choice given another value than the class's ``defining`` one; ``ema_weight`` (γ)
+            outside (0, 1] (checked again at every step: a schedule may set it); ``u_for_gradient`` other than
+            ``"previous"`` / ``"fresh"``; ``scale_by_n_over_B1`` without ``decay_unsampled``; from
+            ``configure_optimizers``, an optimizer that :meth:`check_optimizer` refuses.
+        FloatingPointError: a non-finite inner estimate, gradient or loss in a training step (the step is not taken).
+
+    Example:
+        A preset refuses another value for a choice that defines it:
+
+        >>> from fccolit.algorithms import BSGD
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import AveragePrecisionSurrogate
+        >>> BSGD.defining["ema_weight"], BSGD.defining["u_for_gradient"]
+        (1.0, 'fresh')
+        >>> BSGD(LinearScorer(), AveragePrecisionSurrogate(), ema_weight=0.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: BSGD is defined by ema_weight=1.0, got ema_weight=0.5: use fccolit.algorithms.sox.SOX, ...
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
@@ -156,9 +183,11 @@ class SOXFamily(FCCOModule):
 
 
 class SOX(SOXFamily):
-    r"""SOX: selective moving averages of the inner values plus gradient momentum (Wang & Yang, ICML 2022).
+    r"""SOX: selective moving averages of the inner values plus momentum (Wang & Yang, ICML 2022, arXiv:2202.12396).
 
-    Wang & Yang's Algorithm 1, with every choice of the family free (see the module docstring for the formula).
+    Wang & Yang's Algorithm 1, with every choice of the family free (see the module docstring for the formula): for
+    the batch's outer indices ``u_i ← Π_Ω[(1 − γ) u_i + γ ĝ_i(w)]``, the others unchanged; the loss's gradient is
+    ``mean_i ∇ĝ_i(w) ∇f_i(u_i)``; the optimizer (default: momentum β) steps on it.
 
     Args:
         model: the backbone (scores ``[B]``).
@@ -175,6 +204,13 @@ class SOX(SOXFamily):
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`. The momentum β and step η belong to the
             optimizer; the default is ``Momentum(lr=1.0, momentum_weight=0.1)`` (β = 0.1, Wang & Yang's choice,
             §4.1; η = 1: :attr:`default_lr`).
+
+    Raises:
+        ValueError: ``ema_weight`` (γ) outside (0, 1] (checked again at every step: a schedule may set it);
+            ``u_for_gradient`` other than ``"previous"`` / ``"fresh"``; ``scale_by_n_over_B1`` without
+            ``decay_unsampled``; and :class:`~fccolit.algorithms.base.FCCOModule`'s.
+        IndexError: a batch's outer index beyond the state's rows (``data_sizes`` of other data).
+        FloatingPointError: a non-finite inner estimate, gradient or loss in a training step (the step is not taken).
 
     Example:
         Four steps by hand on one batch of an AP problem (``Trainer.fit`` runs the same step on a DataModule's
@@ -221,13 +257,9 @@ class SOX(SOXFamily):
             scale_by_n_over_B1=scale_by_n_over_B1, **kwargs,
         )
 
-    #: η of the default optimizer, chosen by validation AP (``benchmarks/own_data_defaults.py``: the README's example,
-    #: ``SOX(LinearScorer(), AveragePrecisionSurrogate())`` for 20 epochs on scikit-learn's digits, checked on its breast
-    #: cancer table and with an MLP) among Momentum η ∈ {0.001, 0.01, 0.1, 1, 10} and Adam η ∈ {0.001, 0.01, 0.1}:
-    #: η = 0.1 led on the digits (0.951 against 0.938) but fell 0.010 short of the best on breast cancer; η = 1 led
-    #: there (0.993) and came within 0.002 of the best with the MLP (0.991). The earlier default, η = 0.001, left the model near its initial weights
-    #: (validation AP 0.26 on the digits, base rate 0.10). For deep models the papers tune η in {1e-4, ..., 1e-1}:
-    #: configure the optimizer.
+    #: η of the default optimizer, chosen by validation AP on tables of standardized features (the README's example;
+    #: sweep, numbers and command: ``benchmarks/results/algorithm_notes.md``). For deep models the papers tune η in
+    #: {1e-4, ..., 1e-1}: configure the optimizer.
     default_lr: float = 1.0
 
     def default_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -265,7 +297,7 @@ def _adam_like(optimizer: torch.optim.Optimizer, amsgrad: bool, bias_correction:
 
 # ---------------------------------------------------------------------------------------------- presets
 class BSGD(SOXFamily):
-    r"""BSGD: the plain plug-in mini-batch estimator, no momentum (Hu et al. 2020; Wang & Yang, ICML 2022).
+    r"""BSGD: the plug-in mini-batch estimator, no momentum (Hu et al. 2020; Wang & Yang, ICML 2022, arXiv:2202.12396).
 
     The update (Wang & Yang, §2.1 and Table 1)::
 
@@ -275,9 +307,33 @@ class BSGD(SOXFamily):
     (its bias floor shrinks only with the inner batch). The state is kept only to log ``train/objective``.
 
     Args:
-        model, objective, (the rest): see :class:`SOX`. The optimizer must take plain SGD steps
+        model: the backbone (scores ``[B]``).
+        objective: the FCCO problem.
+        **kwargs: :class:`~fccolit.algorithms.base.FCCOModule`'s arguments. The optimizer must take plain SGD steps
             (``Momentum(momentum_weight=1)``, the default with ``lr=1e-3`` [assumption], or ``torch.optim.SGD``
             without momentum).
+
+    Raises:
+        ValueError: ``ema_weight``, ``u_for_gradient``, ``decay_unsampled`` or ``scale_by_n_over_B1`` other than
+            BSGD's (γ = 1, ``"fresh"``, False, False); from ``configure_optimizers``, an optimizer that is not plain
+            SGD (β = 1, no momentum).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import AveragePrecisionSurrogate
+        >>> batch = {"x": torch.randn(6, 3), "y": torch.tensor([1, 0, 0, 1, 0, 0]), "index": torch.arange(6),
+        ...          "pos_index": torch.tensor([0, -1, -1, 1, -1, -1])}  # row of u for each positive
+        >>> sizes = {"num_samples": 6, "num_positives": 2, "num_features": 3}
+        >>> from fccolit.algorithms import BSGD
+        >>> module = BSGD(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=sizes)
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)
+        >>> module.state.visited()  # u_i = ĝ_i of this step for both positives
+        tensor([True, True])
+        >>> module.check_optimizer(torch.optim.Adam(module.parameters()))
+        Traceback (most recent call last):
+        ...
+        ValueError: BSGD takes plain SGD steps (β = 1, no momentum; ...
     """
 
     defining = {"ema_weight": 1.0, "u_for_gradient": "fresh", "decay_unsampled": False, "scale_by_n_over_B1": False}
@@ -297,6 +353,9 @@ class BSGD(SOXFamily):
 class SOAP(SOXFamily):
     r"""SOAP: selective moving average, fresh ``u``, no momentum (Qi et al. 2021; Wang et al., AISTATS 2022).
 
+    Qi, Luo, Xu, Ji and Yang, "Stochastic Optimization of Areas Under Precision-Recall Curves with Provable
+    Convergence", NeurIPS 2021, arXiv:2104.08736; as written by Wang et al. (AISTATS 2022, arXiv:2107.01173).
+
     The update (Wang et al.'s eq. (5); Wang & Yang, ICML 2022, §3.1)::
 
         u_i ← (1 − β) u_i + β ĝ_i   (i ∈ B_t; others unchanged; no projection in eq. (5))
@@ -315,8 +374,28 @@ class SOAP(SOXFamily):
         bias_correction: with ``mode="adam"`` / ``"amsgrad"``, whether the Adam step is bias-corrected (default
             True, "standard Adam"; False is ADAP's uncorrected step, offered so that the two can be compared with
             the same second moment: ``benchmarks/reproduce/auprc_linear.py`` sweeps both).
-        (the rest): see :class:`SOX`. Ω: SOAP's eq. (5) has no projection; an objective with Ω (e.g.
-            ``AveragePrecisionSurrogate(project=True)``) adds it.
+        model, objective, (the rest): see :class:`SOX`. Ω: SOAP's eq. (5) has no projection; an objective with Ω
+            (e.g. ``AveragePrecisionSurrogate(project=True)``) adds it.
+
+    Raises:
+        ValueError: ``mode`` not one of ``"sgd"``, ``"adam"``, ``"amsgrad"``; ``ema_weight`` (β) outside (0, 1];
+            ``u_for_gradient``, ``decay_unsampled`` or ``scale_by_n_over_B1`` other than SOAP's (``"fresh"``, False,
+            False); from ``configure_optimizers``, an optimizer other than ``mode``'s.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import AveragePrecisionSurrogate
+        >>> batch = {"x": torch.randn(6, 3), "y": torch.tensor([1, 0, 0, 1, 0, 0]), "index": torch.arange(6),
+        ...          "pos_index": torch.tensor([0, -1, -1, 1, -1, -1])}  # row of u for each positive
+        >>> sizes = {"num_samples": 6, "num_positives": 2, "num_features": 3}
+        >>> from fccolit.algorithms import SOAP
+        >>> module = SOAP(LinearScorer(), AveragePrecisionSurrogate(), mode="adam", data_sizes=sizes)
+        >>> type(module.configure_optimizers()).__name__  # bias-corrected Adam on the estimator
+        'AdaptiveMomentum'
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)
+        >>> module.u_for_gradient, f_u.shape  # f_i(u_i) of the two positives, at the fresh u
+        ('fresh', torch.Size([2]))
     """
 
     MODES = ("sgd", "adam", "amsgrad")
@@ -360,7 +439,10 @@ class SOAP(SOXFamily):
 
 
 class MOAP(SOXFamily):
-    r"""MOAP (Wang et al. 2021): the randomized coordinate update of ``u`` plus gradient momentum.
+    r"""MOAP: the randomized coordinate update of ``u`` plus momentum (Wang & Yang, ICML 2022, arXiv:2202.12396).
+
+    Wang & Yang's eq. (3): Wang et al.'s (AISTATS 2022, arXiv:2107.01173) MOAP-V2 without the projection (module
+    docstring).
 
     Wang & Yang (ICML 2022) eq. (3) (no projection) and Wang et al. (AISTATS 2022) Algorithm 2 (MOAP-V2, with
     Π_Ω; see :class:`MOAPV2`)::
@@ -376,7 +458,26 @@ class MOAP(SOXFamily):
             momentum β].
         scale_by_n_over_B1: the ``n/B1`` factor of eq. (3) (default True); False is the decay-only variant the
             SOX authors' code ran.
-        (the rest): see :class:`SOX`; default optimizer ``Momentum(lr=1e-3, momentum_weight=0.1)``.
+        model, objective, (the rest): see :class:`SOX`; default optimizer ``Momentum(lr=1e-3, momentum_weight=0.1)``.
+
+    Raises:
+        ValueError: ``ema_weight`` (γ) outside (0, 1]; ``u_for_gradient`` or ``decay_unsampled`` other than MOAP's
+            (``"fresh"``, True).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import AveragePrecisionSurrogate
+        >>> batch = {"x": torch.randn(6, 3), "y": torch.tensor([1, 0, 0, 1, 0, 0]), "index": torch.arange(6),
+        ...          "pos_index": torch.tensor([0, -1, -1, 1, -1, -1])}  # row of u for each positive
+        >>> sizes = {"num_samples": 6, "num_positives": 2, "num_features": 3}
+        >>> from fccolit.algorithms import MOAP
+        >>> module = MOAP(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=sizes)
+        >>> module.state  # every row decays by 1 − γ each step, lazily
+        IndexedState(name=u, num_rows=2, dim=2, decay_unsampled=True, initial='first_estimate')
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)
+        >>> loss.shape, module.state.visited()
+        (torch.Size([]), tensor([True, True]))
     """
 
     defining = {"u_for_gradient": "fresh", "decay_unsampled": True}
@@ -393,8 +494,33 @@ class MOAP(SOXFamily):
 
 
 class ProjectedSOX(SOXFamily):
-    """The base of MOAP-V1, MOAP-V2 and ADAP (Wang et al., AISTATS 2022): U is projected onto Ω (the objective's
-    ``state_bounds``)."""
+    """The base of MOAP-V1, MOAP-V2 and ADAP (Wang et al., AISTATS 2022, arXiv:2107.01173): U projected onto Ω.
+
+    Ω is the objective's box (:meth:`~fccolit.objectives.FCCOObjective.state_bounds`, e.g.
+    ``AveragePrecisionSurrogate(project=True)``).
+
+    Args:
+        model: the backbone (scores ``[B]``).
+        objective: the FCCO problem; it must define Ω unless ``require_projection=False``.
+        ema_weight: β0, the weight of the new inner estimate (default 0.1).
+        require_projection: raise unless the objective defines Ω (default True, as in the paper).
+        **kwargs: the free choices of :class:`SOXFamily` and :class:`~fccolit.algorithms.base.FCCOModule`'s arguments.
+
+    Raises:
+        ValueError: the objective defines no Ω and ``require_projection`` is True; and :class:`SOXFamily`'s.
+
+    Example:
+        >>> from fccolit.algorithms import MOAPV1
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import AveragePrecisionSurrogate
+        >>> sizes = {"num_samples": 6, "num_positives": 2, "num_features": 3}
+        >>> MOAPV1(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=sizes)
+        Traceback (most recent call last):
+        ...
+        ValueError: MOAPV1 projects U onto Ω (Wang et al., AISTATS 2022, Algorithms 1-3, step 5), but the objective ...
+        >>> MOAPV1(LinearScorer(), AveragePrecisionSurrogate(project=True), data_sizes=sizes).state.has_bounds
+        True
+    """
 
     def __init__(
         self,
@@ -431,8 +557,26 @@ class MOAPV1(ProjectedSOX):
     Args:
         ema_weight: β0. Default 0.1 [assumption: Wang et al. tie β0 = β1 and tune them in {0.9, 0.5, 0.1}].
         require_projection: raise unless the objective defines Ω (default True, as in the paper).
-        (the rest): see :class:`SOX`; β1 and η are the optimizer's (default ``Momentum(lr=1e-3,
+        model, objective, (the rest): see :class:`SOX`; β1 and η are the optimizer's (default ``Momentum(lr=1e-3,
             momentum_weight=0.1)``).
+
+    Raises:
+        ValueError: the objective defines no Ω (with ``require_projection``); ``ema_weight`` (β0) outside (0, 1];
+            ``u_for_gradient``, ``decay_unsampled`` or ``scale_by_n_over_B1`` other than MOAP-V1's (``"fresh"``,
+            False, False).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import AveragePrecisionSurrogate
+        >>> batch = {"x": torch.randn(6, 3), "y": torch.tensor([1, 0, 0, 1, 0, 0]), "index": torch.arange(6),
+        ...          "pos_index": torch.tensor([0, -1, -1, 1, -1, -1])}  # row of u for each positive
+        >>> sizes = {"num_samples": 6, "num_positives": 2, "num_features": 3}
+        >>> from fccolit.algorithms import MOAPV1
+        >>> module = MOAPV1(LinearScorer(), AveragePrecisionSurrogate(project=True), data_sizes=sizes)
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)
+        >>> module.state.decay_unsampled, module.state.visited()  # selective: only the sampled rows move
+        (False, tensor([True, True]))
     """
 
     defining = {"u_for_gradient": "fresh", "decay_unsampled": False, "scale_by_n_over_B1": False}
@@ -453,7 +597,25 @@ class MOAPV2(ProjectedSOX):
     Args:
         ema_weight: β0. Default 0.1 [assumption, as :class:`MOAPV1`].
         require_projection: raise unless the objective defines Ω (default True).
-        (the rest): see :class:`SOX`; default optimizer ``Momentum(lr=1e-3, momentum_weight=0.1)``.
+        model, objective, (the rest): see :class:`SOX`; default optimizer ``Momentum(lr=1e-3, momentum_weight=0.1)``.
+
+    Raises:
+        ValueError: the objective defines no Ω (with ``require_projection``); ``ema_weight`` (β0) outside (0, 1];
+            ``u_for_gradient``, ``decay_unsampled`` or ``scale_by_n_over_B1`` other than MOAP-V2's (``"fresh"``,
+            True, True).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import AveragePrecisionSurrogate
+        >>> batch = {"x": torch.randn(6, 3), "y": torch.tensor([1, 0, 0, 1, 0, 0]), "index": torch.arange(6),
+        ...          "pos_index": torch.tensor([0, -1, -1, 1, -1, -1])}  # row of u for each positive
+        >>> sizes = {"num_samples": 6, "num_positives": 2, "num_features": 3}
+        >>> from fccolit.algorithms import MOAPV2
+        >>> module = MOAPV2(LinearScorer(), AveragePrecisionSurrogate(project=True), data_sizes=sizes)
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)
+        >>> module.scale_by_n_over_B1, module.state.decay_unsampled, f_u.shape
+        (True, True, torch.Size([2]))
     """
 
     defining = {**MOAP.defining, "scale_by_n_over_B1": True}
@@ -471,23 +633,43 @@ class ADAP(MOAPV2):
     only variant of the paper's experiments). The optimizer must be an ``AdaptiveMomentum`` whose
     ``bias_correction`` is the module's.
 
-    The paper gives neither β' (the second moment's weight) nor δ. With β' = 0.001 and no bias correction v starts
-    near 0.001·G², so the first steps are about 1/√0.001 ≈ 32 times Adam's and the paper's η grid lands off
-    target; ``benchmarks/reproduce/auprc_linear.py`` sweeps β' ∈ {0.1, 0.01, 0.001} × bias correction for ADAP
-    and SOAP (Adam) alike. On a9a (5 seeds) β' = 0.1 is best with bias correction on (train AP 0.7440) and off
-    (0.7434) alike, while β' ∈ {0.01, 0.001} without it lose about 0.015: the default β' is 0.1, the default
-    ``bias_correction`` is Algorithm 3 as printed (off), and ``configs/libsvm/adap.yaml`` ships the best cell (on).
-
     Args:
         ema_weight: β0. Default 0.1 [assumption, as :class:`MOAPV1`].
         bias_correction: whether the Adam-type step divides m and v by their bias corrections (default False:
-            Algorithm 3 as printed; True is offered for the sweep above).
-        (the rest): see :class:`MOAPV2`; default optimizer ``AdaptiveMomentum(lr=1e-3, momentum_weight=0.1,
-            second_moment_weight=ADAP.default_second_moment_weight, eps=1e-8)`` (β1 = 0.1 [assumption: Wang et al.
-            tie β0 = β1]; δ = 1e-8, torch's default [assumption]).
+            Algorithm 3 as printed; True is offered for the sweep below).
+        model, objective, (the rest): see :class:`MOAPV2`; default optimizer ``AdaptiveMomentum(lr=1e-3,
+            momentum_weight=0.1, second_moment_weight=ADAP.default_second_moment_weight, eps=1e-8)`` (β1 = 0.1
+            [assumption: Wang et al. tie β0 = β1]; δ = 1e-8, torch's default [assumption]).
+
+    Raises:
+        ValueError: the objective defines no Ω (with ``require_projection``); ``ema_weight`` (β0) outside (0, 1];
+            a MOAP-V2 choice other than MOAP-V2's; from ``configure_optimizers``, an optimizer that is not an
+            ``AdaptiveMomentum`` with the module's ``bias_correction``.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import AveragePrecisionSurrogate
+        >>> batch = {"x": torch.randn(6, 3), "y": torch.tensor([1, 0, 0, 1, 0, 0]), "index": torch.arange(6),
+        ...          "pos_index": torch.tensor([0, -1, -1, 1, -1, -1])}  # row of u for each positive
+        >>> sizes = {"num_samples": 6, "num_positives": 2, "num_features": 3}
+        >>> from fccolit.algorithms import ADAP
+        >>> module = ADAP(LinearScorer(), AveragePrecisionSurrogate(project=True), data_sizes=sizes)
+        >>> group = module.configure_optimizers().param_groups[0]
+        >>> group["second_moment_weight"], group["bias_correction"]  # β′ and Algorithm 3 as printed
+        (0.1, False)
+        >>> loss, f_u = module.compositional_loss(module(batch), batch)
+        >>> module.state.visited()
+        tensor([True, True])
+
+    The paper gives neither β' (the second moment's weight) nor δ: the default β' is
+    :attr:`default_second_moment_weight` = 0.1, the best of the a9a sweep over β' ∈ {0.1, 0.01, 0.001} × bias
+    correction (``benchmarks/reproduce/auprc_linear.py``; numbers and command in
+    ``benchmarks/results/algorithm_notes.md``); ``configs/libsvm/adap.yaml`` ships the sweep's best cell (bias
+    correction on).
     """
 
-    default_second_moment_weight = 0.1  # β' [not in the paper]: the sweep's choice on a9a (class docstring)
+    default_second_moment_weight = 0.1  # β' [not in the paper]: the a9a sweep's (benchmarks/results/algorithm_notes.md)
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ from fccolit.algorithms.base import FCCOModule
 
 
 class Supervised(FCCOModule):
-    """Binary cross-entropy on the scores (no per-index state).
+    """Supervised: plain mini-batch binary cross-entropy on the scores, the baseline (no per-index state).
 
     Logs ``train/loss`` (the true mini-batch loss, on the steps the logger writes) and ``train/loss_epoch`` (its
     exact mean over the epoch and every rank).
@@ -22,8 +22,25 @@ class Supervised(FCCOModule):
     :class:`~fccolit.samplers.MultiLabelSampler`), so it is the baseline of the multi-label configs too.
 
     Args:
+        model: the backbone (scores ``[B]``, or ``[B, T]`` for T tasks).
         pos_weight: weight of the positive class in the BCE (1: unweighted).
-        (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`.
+        **kwargs: :class:`~fccolit.algorithms.base.FCCOModule`'s arguments (no ``objective``).
+
+    Raises:
+        ValueError: ``initial_state`` other than ``"first_estimate"`` (there is no state); and
+            :class:`~fccolit.algorithms.base.FCCOModule`'s.
+        FloatingPointError: a non-finite gradient or loss in a training step (the step is not taken).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.algorithms import Supervised
+        >>> from fccolit.models import LinearScorer
+        >>> module = Supervised(LinearScorer(), pos_weight=2.0, data_sizes={"num_features": 3})
+        >>> batch = {"x": torch.randn(4, 3), "y": torch.tensor([1, 0, 0, 1])}
+        >>> module.supervised_loss(module(batch), batch).shape  # the mean weighted BCE of the batch
+        torch.Size([])
+        >>> module.metric_names
+        ['ap', 'auroc', 'pauc_0.05_0.5']
     """
 
     default_metrics = ("ap", "auroc", "pauc_0.05_0.5")
