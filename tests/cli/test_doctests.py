@@ -12,7 +12,12 @@ import pytest
 #: module -> the classes whose docstring must hold a runnable example
 DOCTESTED = {
     "fccolit.state": ["IndexedState"],
-    "fccolit.algorithms.sox": ["SOX"],
+    "fccolit.algorithms.sox": ["SOXFamily", "SOX", "BSGD", "SOAP", "MOAP", "ProjectedSOX", "MOAPV1", "MOAPV2", "ADAP"],
+    "fccolit.algorithms.song": ["RankingSOX", "SONG", "KSONG", "SOLC"],
+    "fccolit.algorithms.sonex": ["theoretical_correction_weight", "NonsmoothFCCOModule", "SONEX", "SONX", "PenaltySOX"],
+    "fccolit.algorithms.alexr2": ["ALEXR2"],
+    "fccolit.algorithms.supervised": ["Supervised"],
+    "fccolit.algorithms.base": ["FCCOModule", "TrackedSum"],
     "fccolit.metrics.ranking": ["NDCGScore", "FullRankingNDCGScore"],
     "fccolit.metrics.classification": ["APScore", "AUROCScore", "PartialAUCScore"],
     "fccolit.metrics.accuracy": ["AccuracyScore"],
