@@ -40,10 +40,9 @@ def sigmoid_scores(scores: torch.Tensor) -> torch.Tensor:
 
     The logits are clamped from below at ``log √tiny`` of their dtype (float32: −43.7, where σ = 1.1e-19; float64:
     −354), so σ stays at 1.1e-19 (float32) and its gradient is exactly 0 there instead of subnormal. Why: a model
-    trained for AP pushes negatives to logits below −87, where float32's σ and σ' are subnormal; on x86 CPUs every
-    matrix product of the backward pass that meets them runs several times slower (ADAP's step on a 256-512-512-1 MLP
-    took 2.7× a plain step instead of 1.0×, ``benchmarks/fcco_overhead.py``; not measured on a GPU). Nothing a
-    float32 loss can see changes: margins are taken between scores in [0, 1], where a difference below 1e-19 rounds
+    trained for AP pushes negatives to logits below −87, where float32's σ and σ' are subnormal, and on x86 CPUs every
+    matrix product of the backward pass that meets them runs several times slower (measured in
+    ``benchmarks/results/fcco_overhead.md``). Nothing a float32 loss can see changes: margins are taken between scores in [0, 1], where a difference below 1e-19 rounds
     away against any margin, and a gradient below 1e-19 times the upstream one vanishes in any sum with a normal one.
 
     Args:
@@ -77,7 +76,23 @@ class _SquaredHinge(torch.autograd.Function):
 
 
 def pairwise_surrogate(name: str, margin: float = 1.0, scale: float = 1.0) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Return ``ℓ`` as a function of the margin tensor ``d`` (any shape, elementwise)."""
+    """Return ``ℓ`` as a function of the margin tensor ``d`` (any shape, elementwise).
+
+    Args:
+        name: the surrogate (the table of the module docstring).
+        margin: the margin of ``"squared_hinge"`` and ``"hinge"``.
+        scale: the slope of ``"logistic"``, ``"sigmoid"`` and ``"exp"``.
+
+    Raises:
+        ValueError: an unknown ``name``.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.surrogates import pairwise_surrogate
+        >>> loss = pairwise_surrogate("squared_hinge", margin=1.0)
+        >>> loss(torch.tensor([-2.0, -0.5, 0.0, 1.0])).tolist()  # max(0, 1 + d)²
+        [0.0, 0.25, 1.0, 4.0]
+    """
     if name == "squared_hinge":
         return lambda d: _SquaredHinge.apply(d, float(margin))
     if name == "hinge":

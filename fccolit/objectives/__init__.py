@@ -7,12 +7,14 @@ from fccolit.objectives.continual import ContinualLearningObjective
 from fccolit.objectives.listwise import ListwiseCELoss, SOLCListwiseCELoss
 from fccolit.objectives.nca import NCALoss
 from fccolit.objectives.ndcg import NDCGSurrogate, TopKNDCGSurrogate
-from fccolit.objectives.nonsmooth import CompositeObjective, GapPenalty, Hinge, SmoothedHinge, SquaredHinge, make_penalty
+from fccolit.objectives.nonsmooth import (
+    CompositeObjective, GapPenalty, Hinge, SmoothedHinge, SquaredHinge, make_penalty,
+)
 from fccolit.objectives.pauc import PartialAUCRangeSurrogate, RankedRangeObjective, SumOfRankedRangeLoss
 from fccolit.objectives.pnorm_push import PNormPushLoss
 
 __all__ = ["FCCOObjective", "InnerBatch", "AveragePrecisionSurrogate", "ListwiseCELoss", "NCALoss", "PNormPushLoss",
-           "CompositeObjective", "Hinge", "SmoothedHinge", "SquaredHinge", "GapPenalty", "make_penalty", "GroupDROCVaRLoss",
-           "ConstrainedObjective", "ROCFairnessAUCObjective", "ContinualLearningObjective",
+           "CompositeObjective", "Hinge", "SmoothedHinge", "SquaredHinge", "GapPenalty", "make_penalty",
+           "GroupDROCVaRLoss", "ConstrainedObjective", "ROCFairnessAUCObjective", "ContinualLearningObjective",
            "PartialAUCRangeSurrogate", "RankedRangeObjective", "SumOfRankedRangeLoss",
            "NDCGSurrogate", "TopKNDCGSurrogate", "SOLCListwiseCELoss"]

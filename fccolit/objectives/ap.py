@@ -23,89 +23,77 @@ from fccolit.surrogates import (
 
 
 class AveragePrecisionSurrogate(FCCOObjective):
-    r"""Smoothed average precision, minimised as ``F = −ÂP``.
+    r"""Smoothed average precision (AUPRC) as an FCCO objective, minimised as ``F = −ÂP``.
 
     .. math::
 
         F(w) = \frac{1}{m} \sum_{i \in D_+} f(g_i(w)), \qquad f(u) = -\frac{u_1}{u_2},
         \qquad g_i(w) = \frac{1}{n} \sum_{j=1}^{n} \big[\, \mathbb{1}(y_j = 1)\, ℓ(s_j - s_i),\; ℓ(s_j - s_i) \,\big]
 
-    One state row per positive (``pos_index``), two components: ``u_1`` tracks the surrogate count of positives
-    ranked above positive ``i`` and ``u_2`` the surrogate count of all examples ranked above it. The self pair
-    ``j = i`` is kept in both sums: it gives ``u_2 ≥ ℓ(0)/n > 0``.
-
-    Scale (``inner_scale``): ``"mean"`` (default, the formula above: the state does not grow with n) or
-    ``"sum"`` (Wang et al.'s ``g_i = Σ_j``, n times larger). ``f`` is scale-invariant and ``∇f(c·u) = ∇f(u)/c``,
-    so both scales give the same objective and the same updates of every algorithm (tested);
-    only Ω changes. ``"sum"`` needs ``num_samples`` (:meth:`bind_sizes`).
-
-    Inner estimators (``inner_estimator``), both using every sample of the batch as the inner set of every
-    positive anchor in it (so under DDP the batch is gathered with gradient and every rank evaluates it):
-
-    * ``"batch_mean"`` (default; what SOAP / LibAUC compute): ``ĝ_i = (1/|B|) Σ_{j∈B} [1(y_j=1) ℓ_ij, ℓ_ij]``.
-      Unbiased for ``g_i`` only when the batch is a uniform sample of the data. A class-stratified batch
-      (:class:`~fccolit.samplers.DualSampler`: P positives and Q negatives per batch) reweights the classes:
-      the batch mean then estimates the inner value of data whose positive share is P/|B|.
-    * ``"reweighted"``: unbiased for ``g_i`` under class-stratified batches. With P positives (the anchor
-      among them) and Q negatives in the batch, m positives and n samples in the training data::
-
-          ĝ_i1 = ( ℓ_ii + ((m − 1)/(P − 1)) Σ_{j∈B+, j≠i} ℓ_ij ) / n
-          ĝ_i2 = ĝ_i1 + ((n − m)/Q) Σ_{j∈B−} ℓ_ij / n
-
-      (times n on the sum scale). This corrects the plain reweighting ``(m/P) Σ_{j∈B+} ℓ_ij``, which is unbiased
-      only when the inner sample is drawn independently of the anchor (the paper's S_1): here the anchor is
-      always in its own batch, so the self pair ``ℓ_ii = ℓ(0)`` must count once and the other P − 1 batch
-      positives are a uniform sample of the other m − 1 positives (tested by enumerating every batch). The
-      anchor's self pair is its own batch position; with P = 1 the other positives are not estimated (0), and
-      with Q = 0 the negatives are not. Needs ``num_samples`` and ``num_positives`` (:meth:`bind_sizes`).
-
-    Projection (``project=True``): the box Ω of Wang et al. (§3, after Assumption 1) derived from the surrogate and
-    the score range. With ``C = ℓ(0)`` (the self pair, Assumption 1(i)) and ``M = max ℓ = ℓ(r)`` over score margins in
-    ``[−r, r]`` (r = ``score_range``, 1 for sigmoid scores; every surrogate here is non-decreasing): squared
-    hinge ``C = γ²``, ``M = (r + γ)²``; sigmoid ``C = 1/2``, ``M = sigmoid(scale·r)``. Then
-
-    * ``"reweighted"`` (and the exact ``g_i``): Wang et al.'s Ω, ``u_1 ≤ M·m``, ``C ≤ u_2 ≤ M·n`` on the sum
-      scale and ``u_1 ≤ M·m/n``, ``C/n ≤ u_2 ≤ M`` on the mean scale. Every reweighted estimate lies in Ω.
-    * ``"batch_mean"``: a batch may hold more positives than their share m/n (a DualSampler oversamples them),
-      so its estimates can exceed ``u_1 ≤ M·m/n``; with ``omega_bounds="estimator"`` (default) Ω keeps only the
-      bounds that hold for every batch: ``u_1 ≤ M``, ``C/n ≤ u_2 ≤ M`` (mean; the self pair gives
-      ``ĝ_2 ≥ C/|B| ≥ C/n``), and for the sum scale (the batch mean times n) ``u_1 ≤ M·n``, ``C ≤ u_2 ≤ M·n``.
-      ``omega_bounds="paper"`` takes Wang et al.'s Ω as printed whatever the estimator (``u_1 ≤ M·m/n`` on the
-      mean scale): rows whose batch estimates exceed it sit at the cap. The share of rows at each cap is what
-      :meth:`fccolit.state.IndexedState.share_at_bounds` reports (logged by
-      :class:`~fccolit.callbacks.StateHistograms`).
-
-    With MOAP-V2 / ADAP's randomized coordinate update the new estimate is multiplied by ``m/B`` (m positives,
-    B sampled per step); unless ``β0·m/B ≤ 1`` the update ``(1 − β0)u + β0 (m/B) ĝ`` overshoots ĝ and the cap
-    clips it (on a9a with 10 positives per batch m/B = 784).
-
-    The projection keeps ``∇f`` bounded (``u_2 ≥ C/n``) and is what MOAP-V2 / ADAP need for their decaying
-    rows; it needs ``num_samples`` and ``num_positives``.
+    One state row per positive (``num_positives`` rows, d' = 2): ``u_1`` tracks the surrogate count of positives
+    ranked above positive ``i``, ``u_2`` that of all examples (the self pair ``j = i`` is kept: ``u_2 ≥ ℓ(0)/n > 0``).
+    Batch fields: ``y`` ``[B]`` (1 positive, 0 negative), ``pos_index`` ``[B]`` (state row of each positive, −1 for
+    negatives) and, for multi-task batches, ``task`` ``[B]``. Every sample of the batch is in the inner set of every
+    positive, so under DDP the scores are gathered with gradient (``needs_global_batch``).
 
     Args:
-        surrogate: ``"squared_hinge"`` (the papers' choice) or ``"sigmoid"`` (Wang et al.'s logistic), or any name
-            of :mod:`fccolit.surrogates`.
-        margin: ``γ`` of the squared hinge ``max(0, s_j − s_i + γ)²`` (Wang et al.; LibAUC uses 1.0).
+        surrogate: ℓ, ``"squared_hinge"`` (the papers') or ``"sigmoid"`` (Wang et al.'s logistic), or any name of
+            :mod:`fccolit.surrogates`.
+        margin: ``γ`` of the squared hinge ``max(0, s_j − s_i + γ)²`` (LibAUC uses 1.0).
         scale: slope of the sigmoid / logistic surrogates.
         score_transform: ``"sigmoid"`` maps logits to (0, 1) as the papers do; ``"identity"`` uses raw scores.
-        project: project the state onto Ω (above).
-        inner_estimator: ``"batch_mean"`` or ``"reweighted"`` (above).
-        inner_scale: ``"mean"`` or ``"sum"`` (above).
+        project: project the state onto the box Ω (Projection, below); needs ``num_samples`` and ``num_positives``.
+        inner_estimator: ``"batch_mean"`` (default: the batch mean, as SOAP and LibAUC) or ``"reweighted"`` (unbiased
+            under class-stratified batches; needs ``num_samples`` and ``num_positives``). See Inner estimators.
+        inner_scale: ``"mean"`` (the formula above) or ``"sum"`` (Wang et al.'s ``g_i = Σ_j``, n times larger; needs
+            ``num_samples``). ``f`` is scale-invariant and ``∇f(c·u) = ∇f(u)/c``: both give the same objective and the
+            same updates of every algorithm (tested); only Ω changes.
         score_range: r, the width of the interval holding the (transformed) scores, for Ω. None: 1 for sigmoid
-            scores; required with ``project=True`` and ``score_transform="identity"`` (raw scores are unbounded).
-        omega_bounds: ``"estimator"`` (default: the box every estimate of ``inner_estimator`` lies in) or
-            ``"paper"`` (Wang et al. 2022's Ω, ``u_1 ≤ M·m`` on the sum scale, for either estimator); above.
+            scores; required with ``project=True`` and ``score_transform="identity"``.
+        omega_bounds: ``"estimator"`` (default: the box every estimate of ``inner_estimator`` lies in) or ``"paper"``
+            (Wang et al.'s Ω as printed, for either estimator).
 
-    Batch fields: ``y`` ``[B]`` (1 positive, 0 negative) and ``pos_index`` ``[B]`` (row of each positive in the
-    state, −1 for negatives).
+    Raises:
+        ValueError: a choice that is not one of the listed values; ``project=True`` on raw scores without
+            ``score_range``; ``score_range ≤ 0``; in :meth:`inner`, an option that needs the data sizes before they are
+            bound (:meth:`bind_sizes`), or a multi-task batch with ``inner_estimator="reweighted"``.
 
-    Multi-task (multi-label) batches, mean AP over tasks (LibAUC's mAP): with a ``task`` field ``[B]`` (from
-    :class:`~fccolit.samplers.MultiLabelSampler`; the module has already picked each position's score for its
-    task), an anchor's inner set is the batch positions of its own task, so ``ĝ_i = (1/|B_t|) Σ_{j∈B_t}
-    (1[y_j = 1], 1)·ℓ(s_j − s_i)``, and the state has one row per (task, positive) pair (``pos_index``). The
-    sampler draws the same number of positives for every task of a batch, so the batch mean over anchors
-    estimates ``F = (1/T) Σ_t (1/m_t) Σ_{i∈P_t} f(g_{t,i})`` without bias; :meth:`exact_value` computes that
-    mean over tasks. Only the batch-mean estimator takes multi-task batches.
+    Example:
+        >>> import torch
+        >>> from fccolit.objectives import AveragePrecisionSurrogate
+        >>> objective = AveragePrecisionSurrogate()
+        >>> batch = {"y": torch.tensor([1, 0, 1, 0]), "pos_index": torch.tensor([0, -1, 1, -1])}
+        >>> scores = torch.tensor([2.0, -1.0, 0.5, 0.0])
+        >>> inner = objective.inner(scores, batch)  # one row per positive, (u_1, u_2)
+        >>> inner.index.tolist(), tuple(inner.value.shape)
+        ([0, 1], (2, 2))
+        >>> round(float(objective.exact_value(scores, batch)), 4)  # −(smoothed AP)
+        -0.7144
+
+    Inner estimators (Wang et al., AISTATS 2022). ``"batch_mean"``: ``ĝ_i = (1/|B|) Σ_{j∈B} [1(y_j=1) ℓ_ij, ℓ_ij]``,
+    unbiased only for a uniform batch; a class-stratified batch (:class:`~fccolit.samplers.DualSampler`, P positives
+    and Q negatives) estimates the inner value of data whose positive share is P/|B|. ``"reweighted"``, with m
+    positives and n samples in the training data::
+
+        ĝ_i1 = ( ℓ_ii + ((m − 1)/(P − 1)) Σ_{j∈B+, j≠i} ℓ_ij ) / n,     ĝ_i2 = ĝ_i1 + ((n − m)/Q) Σ_{j∈B−} ℓ_ij / n
+
+    (times n on the sum scale). The anchor is always in its own batch, so its self pair counts once and the other
+    P − 1 positives are a uniform sample of the other m − 1 (tested by enumerating every batch); with P = 1 the other
+    positives are not estimated (0), with Q = 0 the negatives are not.
+
+    Projection. With ``C = ℓ(0)`` (Assumption 1(i)) and ``M = ℓ(r)`` (every surrogate here is non-decreasing;
+    squared hinge ``C = γ²``, ``M = (r + γ)²``; sigmoid ``C = 1/2``, ``M = sigmoid(scale·r)``), Wang et al.'s Ω is
+    ``u_1 ≤ M·m``, ``C ≤ u_2 ≤ M·n`` (sum scale; mean scale: divided by n); every reweighted estimate lies in it.
+    A batch mean may hold more positives than their share m/n, so with ``omega_bounds="estimator"`` its box keeps
+    only ``u_1 ≤ M·n``, ``C ≤ u_2 ≤ M·n`` (sum scale); ``"paper"`` caps it at the printed Ω.
+    :meth:`fccolit.state.IndexedState.share_at_bounds` reports the rows at each cap. With MOAP-V2 / ADAP's randomized
+    coordinate update the estimate is scaled by ``m/B``: unless ``β0·m/B ≤ 1`` the update overshoots ĝ and the cap
+    clips it.
+
+    Multi-task (multi-label) batches, mean AP over tasks (LibAUC's mAP): with a ``task`` field (from
+    :class:`~fccolit.samplers.MultiLabelSampler`) an anchor's inner set is its own task's batch positions, the state has
+    one row per (task, positive) pair, and :meth:`exact_value` averages over each task's positives, then over tasks.
+    Only the batch-mean estimator takes them.
     """
 
     inner_dim: ClassVar[int] = 2

@@ -31,6 +31,13 @@ class InnerBatch:
         context: per-row tensors (first dimension B1) that ``f_i`` depends on (e.g. relevance, list size).
         correction: ``[B1, d']`` the same estimate at the previous parameters (the MSVR correction of SONEX /
             ALEXR2; set by the algorithm, not the objective), or None.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.objectives import InnerBatch
+        >>> inner = InnerBatch(index=torch.tensor([4, 7, 9]), value=torch.tensor([[0.1], [0.2], [0.3]]))
+        >>> inner.select(torch.tensor([0, 2])).index.tolist()
+        [4, 9]
     """
 
     index: torch.Tensor
@@ -63,6 +70,28 @@ class FCCOObjective(nn.Module):
         default_metrics: metric names logged at validation and test when the module is not told otherwise.
         multi_task: the objective takes multi-task batches: a ``task`` field ``[B]`` (gathered with
             ``batch_fields``), each position's score for its task, and inner sets restricted to one task.
+
+    Raises:
+        KeyError: in :meth:`num_rows`, data sizes without ``state_rows``.
+        ValueError: in :meth:`data_size`, a size the objective needs before the sizes are bound (:meth:`bind_sizes`).
+
+    Example:
+        A new problem is one subclass, ``F = mean_i (mean_j s_j − s_i)²`` here (one state row per sample):
+
+        >>> import torch
+        >>> from fccolit.objectives import FCCOObjective, InnerBatch
+        >>> class SpreadAroundTheMean(FCCOObjective):
+        ...     batch_fields = ("index",)
+        ...     def inner(self, scores, batch):  # ĝ_i = mean_j s_j − s_i over the batch
+        ...         return InnerBatch(index=batch["index"], value=(scores.mean() - scores).unsqueeze(1))
+        ...     def outer(self, u, context):  # f(u) = u²
+        ...         return u[:, 0].square()
+        >>> objective = SpreadAroundTheMean()
+        >>> scores, batch = torch.tensor([1.0, 2.0, 3.0]), {"index": torch.arange(3)}
+        >>> round(float(objective.exact_value(scores, batch)), 4)
+        0.6667
+        >>> objective.outer_grad(torch.tensor([[0.5]]), {}).tolist()  # ∇f by autograd unless overridden
+        [[1.0]]
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out

@@ -47,28 +47,42 @@ def _zero(scores: torch.Tensor) -> torch.Tensor:
 
 
 class GroupDROCVaRLoss(CompositeObjective):
-    r"""Group DRO with the CVaR divergence (Chen et al., NeurIPS 2025).
+    r"""Group DRO with the CVaR divergence (Chen et al., NeurIPS 2025, eq. (10), App. F.1).
 
-    Chen et al.'s eq. (10), Appendix F.1::
+    The mean loss of the k worst groups::
 
         F(θ, s) = s + (1/n) Σ_{g=1}^{n} (1/r) [ L_g(θ) − s ]_+,     L_g(θ) = E_{(x,y)~D_g} ℓ(θ; x, y),   r = k/n
 
-    the closed form of ``max_{p ∈ Δ, p_g ≤ 1/k} Σ_g p_g L_g``: the mean loss of the k worst groups (at the optimum
-    ``s`` is a (1 − r)-quantile of the group losses). FCCO mapping [derived]: ``w = (θ, s)``, one outer index per
-    group, ``g_g(w) = L_g(θ) − s`` (d' = 1), ``f(x) = (1/r)[x]_+`` (convex, non-decreasing, C_f = 1/r), ``g_0 = s``.
-
-    The state tracks ``L_g − s`` (the literal Algorithm 1; the paper leaves open whether to track ``L_g`` only
-    and subtract the current ``s`` exactly; only the literal form is implemented). ``s`` is a parameter of
-    this objective (``threshold``), so the optimizer updates it with the model (it is in ``module.parameters()``).
-
-    Batch fields: ``group`` ``[B]`` long (the outer index, ``0 ≤ group < num_groups``) and ``y`` ``[B]`` (binary
-    labels in {0, 1} for ``"logistic"``, class ids for ``"cross_entropy"``); state rows: ``sizes["num_groups"]``.
+    the closed form of ``max_{p ∈ Δ, p_g ≤ 1/k} Σ_g p_g L_g`` (at the optimum ``s`` is a (1 − r)-quantile of the group
+    losses). FCCO form: ``w = (θ, s)``, one outer index per group (``num_groups`` state rows), ``g_g(w) = L_g(θ) − s``
+    (d' = 1), ``f(x) = (1/r)[x]_+`` (:class:`~fccolit.objectives.nonsmooth.Hinge` with ρ = 1/r), ``g_0 = s``. ``s`` is a
+    parameter of this objective (``threshold``), so the optimizer updates it with the model. Batch fields: ``group``
+    ``[B]`` long (``0 ≤ group < num_groups``) and ``y`` ``[B]`` (labels in {0, 1} for ``"logistic"``, class ids for
+    ``"cross_entropy"``).
 
     Args:
         ratio: r ∈ (0, 1], the CVaR ratio k/n (the paper's "α = 0.15" in F.1, a symbol clash with the step size).
-        loss: per-sample loss ℓ: ``"logistic"`` (scores ``[B]``, BCE with logits) or ``"cross_entropy"``
-            (scores ``[B, C]``).
+        loss: per-sample loss ℓ: ``"logistic"`` (scores ``[B]``, BCE with logits) or ``"cross_entropy"`` (scores
+            ``[B, C]``).
         init_threshold: s_0 (0: an assumption, the paper does not say).
+
+    Raises:
+        ValueError: ``ratio`` outside (0, 1], or an unknown ``loss``.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.objectives import GroupDROCVaRLoss
+        >>> objective = GroupDROCVaRLoss(ratio=0.5)
+        >>> batch = {"y": torch.tensor([1, 0, 1, 0]), "group": torch.tensor([0, 0, 1, 1])}
+        >>> scores = torch.tensor([2.0, -1.0, -0.5, 0.5])
+        >>> inner = objective.inner(scores, batch)  # L_g − s of the groups in the batch
+        >>> inner.index.tolist(), [round(v, 4) for v in inner.value[:, 0].tolist()]
+        ([0, 1], [0.2201, 0.9741])
+        >>> round(float(objective.exact_value(scores, batch).detach()), 4)  # s + mean_g (1/r)[L_g − s]_+
+        1.1942
+
+    The state tracks ``L_g − s`` (the literal Algorithm 1; the paper leaves open whether to track ``L_g`` only and
+    subtract the current ``s`` exactly; only the literal form is implemented).
     """
 
     inner_dim: ClassVar[int] = 1
@@ -130,6 +144,26 @@ class ConstrainedObjective(CompositeObjective):
         penalty: ``"hinge"``, ``"smoothed_hinge"`` or ``"squared_hinge"``.
         rho: ρ, the penalty weight (β in the paper's eq. (53)).
         smoothing: λ of ``"smoothed_hinge"`` only (to smooth a hinge with SONEX / ALEXR2, give λ to the algorithm).
+
+    Raises:
+        ValueError: an unknown penalty, ``rho ≤ 0``, or ``smoothing`` given with another penalty than
+            ``"smoothed_hinge"`` (missing with it); in :meth:`num_rows`, a subclass without constraints.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.objectives import ConstrainedObjective
+        >>> class MeanScoreAtMostZero(ConstrainedObjective):  # min mean(s²) s.t. mean(s) ≤ 0
+        ...     num_constraints = 1
+        ...     def direct(self, scores, batch):
+        ...         return scores.square().mean()
+        ...     def constraint_statistics(self, scores, batch):
+        ...         return scores.sum().reshape(1, 1), torch.full((1, 1), float(scores.numel()))
+        >>> objective = MeanScoreAtMostZero(penalty="hinge", rho=10.0)
+        >>> scores = torch.tensor([0.5, 1.5])
+        >>> objective.inner(scores, {}).value.tolist()  # h_1 = mean(s)
+        [[1.0]]
+        >>> float(objective.exact_value(scores, {}))  # g_0 + ρ[h_1]_+ = 1.25 + 10
+        11.25
     """
 
     inner_dim: ClassVar[int] = 1
@@ -178,9 +212,9 @@ class ConstrainedObjective(CompositeObjective):
 
 
 class ROCFairnessAUCObjective(ConstrainedObjective):
-    r"""AUC maximization under ROC-fairness constraints (Chen et al., NeurIPS 2025).
+    r"""AUC maximization under ROC-fairness constraints, penalized (Chen et al., NeurIPS 2025, App. F.2).
 
-    Chen et al.'s Appendix F.2, after Vogel et al.::
+    After Vogel et al.::
 
         min_w  F(w) = −1/(|D_+||D_−|) Σ_{i∈D_+} Σ_{j∈D_−} σ(s_w(x_i) − s_w(x_j))
         s.t.   h_τ^+(w) = | mean_{p, y=1} σ(s_w − τ) − mean_{u, y=1} σ(s_w − τ) | − κ ≤ 0      (TPR gap at τ)
@@ -188,23 +222,37 @@ class ROCFairnessAUCObjective(ConstrainedObjective):
                for τ ∈ Γ
 
     penalized as ``F + (1/m) Σ_i p(h_i)``, m = 2|Γ| (with p = ρ[·]_+ this is eq. (53)). Each constraint is
-    ``f(g) = p(|g_1 − g_2| − κ)`` of a 2-component inner value ``g = (mean over the protected group's cell,
-    mean over the other group's cell)`` (:class:`~fccolit.objectives.nonsmooth.GapPenalty`: convex, not monotone,
-    so case A2 of the paper: ALEXR2).
-
-    Rows: ``0 .. |Γ|−1`` are the TPR gaps at Γ in order, ``|Γ| .. 2|Γ|−1`` the FPR gaps. The AUC term pairs every
-    positive with every negative of the batch, and a constraint's group means pool the whole batch, so under DDP
-    the scores are gathered (``needs_global_batch``). A constraint whose cells (group × class) are empty in a
-    batch is left out of that step.
-
-    Batch fields: ``y`` ``[B]`` in {0, 1} and ``group`` ``[B]`` in {0, 1}.
+    ``f(g) = p(|g_1 − g_2| − κ)`` of a 2-component inner value (the means over the protected and the other group's
+    cell; :class:`~fccolit.objectives.nonsmooth.GapPenalty`: convex, not monotone, so case A2 of the paper: ALEXR2).
+    Rows ``0 .. |Γ|−1`` are the TPR gaps at Γ in order, ``|Γ| .. 2|Γ|−1`` the FPR gaps. Batch fields: ``y`` ``[B]`` in
+    {0, 1} and ``group`` ``[B]`` in {0, 1}. The AUC term and the group means pool the whole batch, so under DDP the scores
+    are gathered; a constraint whose cells are empty in a batch is left out of that step.
 
     Args:
         thresholds: Γ, on the raw score scale (default {−3, …, 3}, the paper's).
-        kappa: κ, the tolerance (default 0.005, the paper's).
-        penalty, rho, smoothing: see :class:`ConstrainedObjective`. Default ρ = 10: an assumption inside the paper's grid
-            {4, 6, 8, 10, 20, 40} for ALEXR2 and SONX (the squared hinge of SOX used {10, …, 1000}).
+        kappa: κ ≥ 0, the tolerance (default 0.005, the paper's).
+        penalty: ``"hinge"``, ``"smoothed_hinge"`` or ``"squared_hinge"`` (:class:`ConstrainedObjective`).
+        rho: ρ, the penalty weight. Default 10: an assumption inside the paper's grid {4, 6, 8, 10, 20, 40} for ALEXR2
+            and SONX (the squared hinge of SOX used {10, …, 1000}).
+        smoothing: λ of ``"smoothed_hinge"`` only (:class:`ConstrainedObjective`).
         protected_group: the value of ``group`` that is "p" (the other one is "u"); the gaps are symmetric.
+
+    Raises:
+        ValueError: no threshold, ``protected_group`` not 0 or 1, ``kappa < 0``, or what :class:`ConstrainedObjective`
+            raises.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.objectives import ROCFairnessAUCObjective
+        >>> objective = ROCFairnessAUCObjective(thresholds=(0.0,), kappa=0.01)
+        >>> objective.constraint_names()
+        ['tpr_gap@0', 'fpr_gap@0']
+        >>> batch = {"y": torch.tensor([1, 0, 1, 0]), "group": torch.tensor([0, 0, 1, 1])}
+        >>> scores = torch.tensor([2.0, -1.0, -0.5, 0.5])
+        >>> tuple(objective.inner(scores, batch).value.shape)  # (protected, other) group means per constraint
+        (2, 2)
+        >>> round(float(objective.direct(scores, batch)), 4)  # the AUC term
+        -0.6654
     """
 
     inner_dim: ClassVar[int] = 2

@@ -54,6 +54,21 @@ class GlobalContrastiveLoss(FCCOObjective):
         target: the target class (column of the scores).
         temperature: τ.
         num_contrast: n (None: bound later by :class:`ContinualLearningObjective` from the data sizes).
+
+    Raises:
+        ValueError: in :meth:`num_rows`, sizes without ``num_samples``; in :meth:`inner`, a batch without ``index``;
+            in :meth:`outer`, ``num_contrast`` not yet known.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.objectives.continual import GlobalContrastiveLoss
+        >>> loss = GlobalContrastiveLoss(target=0, temperature=0.5, num_contrast=4)
+        >>> batch = {"y": torch.tensor([0, 1, 2, 1]), "index": torch.arange(4)}
+        >>> inner = loss.inner(torch.zeros(4, 3), batch)  # one row per target image
+        >>> inner.index.tolist(), inner.value.tolist()
+        ([0], [[1.0, 1.0]])
+        >>> [round(v, 4) for v in loss.outer(inner.value, inner.context).tolist()]  # τ Σ_k log(1 + n u_k)
+        [1.6094]
     """
 
     inner_dim: ClassVar[int] = 2
@@ -119,72 +134,64 @@ class GlobalContrastiveLoss(FCCOObjective):
 
 
 class ContinualLearningObjective(ConstrainedObjective):
-    r"""CLIP fine-tuning on a target class under one non-forgetting constraint per protected class.
+    r"""CLIP fine-tuning on a target class under non-forgetting constraints, penalized (Chen et al., NeurIPS 2025).
 
-    The model scores every image against every class prompt: ``scores [B, C]`` are the cosine similarities
-    ``s_ic = E_I(x_i)ᵀ E_T(prompt_c)`` (:class:`~fccolit.models.vision.CLIPClassifier` with ``logit_scale=1.0``),
-    and ``z = s/τ`` are the logits of both terms.
+    One constraint per protected class (App. F.3).
 
-    **Objective** ``g_0`` (paper F.3, two-way global contrastive loss, τ = 0.05): the anchors ``a`` are the target-class
-    images, each paired with its class prompt ``t_a``; an anchor is contrasted with itself and with the ``n``
-    non-target training samples ``N`` (their prompts ``T_a⁻``, their images ``I_a⁻``; the paper's sets "include the
-    positive", and the printed second denominator's index is corrected)::
+    The model scores every image against every class prompt: ``scores [B, C]`` are cosine similarities
+    (:class:`~fccolit.models.vision.CLIPClassifier` with ``logit_scale=1.0``) and ``z = s/τ`` the logits of both terms.
+    The objective ``g_0`` is the two-way global contrastive loss of the target-class images (a
+    :class:`GlobalContrastiveLoss`, :attr:`direct_objective`, tracked by SONEX in a state of its own; :meth:`direct` is
+    its plug-in mini-batch value). Constraint k (one state row each, d' = 1), for protected class ``c_k`` with data
+    ``D_k`` and ``ℓ(w; x, c) = CE(z(x), c)``::
 
-        L_GCL(a) = τ log[ (e^{z_{a,t_a}} + Σ_{j∈N} e^{z_{a,t_j}}) / e^{z_{a,t_a}} ]          (image → texts)
-                 + τ log[ (e^{z_{a,t_a}} + Σ_{j∈N} e^{z_{j,t_a}}) / e^{z_{a,t_a}} ]          (text → images)
+        g_k(w) = (1/n_k) Σ_{x ∈ D_k} [ ℓ(w; x, c_k) − ℓ(w_old; x, c_k) ] − ε_k ≤ 0
 
-    As an FCCO (one outer index per anchor image, ``d₀ = 2`` inner means over the contrast samples, so that a random
-    subset of them estimates each mean without bias)::
-
-        g_{0,a}(w) = ( mean_{j∈N} e^{z_{a,t_j} − z_{a,t_a}},  mean_{j∈N} e^{z_{j,t_a} − z_{a,t_a}} )
-        f_0(u)     = τ (log(1 + n u₁) + log(1 + n u₂)),      g_0(w) = mean over the target images a of f_0(g_{0,a}(w))
-
-    so ``f_0(g_{0,a}) = L_GCL(a)``. A batch estimates ``g_{0,a}`` over its own non-target samples, for its target
-    images (rows = their dataset ``index``; a batch without non-target samples estimates nothing, so it has no rows).
-    The estimate is unbiased when the batch's non-target samples are a uniform draw of the data's, or a class-balanced
-    draw of equally large classes (the BDD100K config: every class capped at ``max_per_class``). :class:`~fccolit.algorithms.sonex.SONEX` tracks these with MSVR (the
-    paper's "modified SONEX": γ_1 = 0.8, γ_1' = 0.1, the constraints' values) in a second per-index state;
-    :meth:`direct` is the plug-in ``mean_a f_0(ĝ_{0,a})`` (0, with the graph, for a batch without target images or
-    without contrast samples). ``n`` is the training data's count of non-target samples (``num_contrast``, by default
-    from the DataModule's sizes).
-
-    **Constraints** (one state row each, d' = 1): ``ℓ(w; x, c) = CE(z(x), c)``, the cross-entropy of the image over
-    the task's prompts (the "logistic loss for the k-th classification task", DevSafety's zero-shot CE with logits
-    1/τ · cos), and for protected class ``c_k`` with data ``D_k``::
-
-        g_k(w) = (1/n_k) Σ_{x ∈ D_k} [ ℓ(w; x, c_k) − ℓ(w_old; x, c_k) ] − ε_k
-
-    :meth:`constraint_statistics` gives its sums and counts over a batch, so SONEX's mini-batch inner value and the
-    violation logger's full-data value are the same formula. The old model's losses come from a forward pass of the
-    frozen copy on the same images (no gradient). At ``w = w_old`` every ``g_k`` is exactly ``−ε_k``: the
-    constraints start on their bound (ε = 0) and the penalty's multiplier estimates start at 0.
-
-    **The old model** ``w_old``: a deep copy of the model taken by :meth:`bind_model` (every algorithm module calls it when
-    they are built, i.e. the weights before any step: the pre-trained CLIP), or the weights in ``old_weights_path``
-    (a local state dict or Lightning checkpoint, e.g. the previous stage's final model). It is a submodule with
-    ``requires_grad = False``: it moves with the module to the device and dtype, is never among the optimizer's or
-    SONEX's trainable parameters, gets no gradient, stays in eval mode, and its weights are in every checkpoint
-    (``objective.old_model.*``), so a resumed run keeps the same ``w_old``.
-
-    Batch fields: ``x`` (the images, for the old model), ``index`` (each sample's position in the training data: the
-    anchors' rows) and the class index of each sample: ``label`` when the batch has it (BDD100K with ``target`` set),
-    else ``y`` (BDD100K's classification task, ``target`` unset).
-    Samples of classes neither target nor protected only serve as contrast negatives.
-
-    Under DDP every rank evaluates both terms on the global batch (the scores, labels and each rank's old-model
-    scores are all-gathered), so 2 processes train exactly as 1 process on the same global batches (tested).
+    ``w_old`` is a frozen copy of the model taken by :meth:`bind_model` (every algorithm module calls it when built:
+    the pre-trained weights), or the weights in ``old_weights_path``; it is a submodule without gradient, in eval mode,
+    saved in every checkpoint (``objective.old_model.*``). At ``w = w_old`` every ``g_k`` is exactly ``−ε_k``. Batch
+    fields: ``x`` (the images, for the old model), ``index`` (each sample's row in the training data) and the class
+    index: ``label`` when present, else ``y``. Under DDP every rank evaluates both terms on the global batch (scores,
+    labels and each rank's old-model scores gathered), so 2 processes train exactly as 1 (tested).
 
     Args:
         target: the target class (column of ``scores``), e.g. 5 = foggy in BDD100K's weather classes.
         protected: the constrained classes (None: every class of ``sizes["num_classes"]`` but the target).
-        temperature: τ (0.05, the paper's).
-        penalty, rho, smoothing: see :class:`~fccolit.objectives.constrained.ConstrainedObjective` (ρ grid of the paper:
-            {0.01, 0.1, 1, 5, 10, 20, 40, 80} for SONEX + smoothed hinge, {1, 20, …, 800} for SOX + squared hinge).
+        temperature: τ > 0 (0.05, the paper's).
+        penalty: ``"hinge"``, ``"smoothed_hinge"`` or ``"squared_hinge"``
+            (:class:`~fccolit.objectives.constrained.ConstrainedObjective`).
+        rho: ρ, the penalty weight (the paper's grid: {0.01, 0.1, 1, 5, 10, 20, 40, 80} for SONEX + smoothed hinge,
+            {1, 20, …, 800} for SOX + squared hinge).
+        smoothing: λ of ``"smoothed_hinge"`` only.
         slack: ε ≥ 0, one value for every constraint or one per constraint (0: "no worse than the old model").
         old_weights_path: local weights of the old model (None: the model's own at :meth:`bind_model`).
+        class_names: names of the classes (for :meth:`constraint_names`).
         num_contrast: ``n``, the training samples an anchor is contrasted with (None: the sizes' ``num_samples`` minus
             ``num_class_<target>``, or ``num_negatives`` of a binary target task; BDD100KDataModule gives both).
-        class_names: names of the classes (for :meth:`constraint_names`).
+
+    Raises:
+        ValueError: ``temperature ≤ 0``, ``num_contrast < 1``, protected classes that are not distinct class indices
+            other than the target, a ``slack`` of the wrong length or negative, a target outside the data's classes
+            (:meth:`bind_sizes`), or what :class:`~fccolit.objectives.constrained.ConstrainedObjective` raises.
+        RuntimeError: constraints evaluated before the protected classes or the old model are known.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from fccolit.objectives import ContinualLearningObjective
+        >>> model = nn.Linear(2, 3)  # scores of 3 classes
+        >>> objective = ContinualLearningObjective(target=0, num_contrast=4)
+        >>> objective.bind_sizes({"num_classes": 3}); objective.bind_model(model)
+        >>> objective.constraint_names()
+        ['no_worse_on_class_1', 'no_worse_on_class_2']
+        >>> batch = {"x": torch.randn(4, 2), "y": torch.tensor([0, 1, 2, 1]), "index": torch.arange(4)}
+        >>> objective.inner(model(batch["x"]), batch).value.tolist()  # g_k = 0 at w = w_old
+        [[0.0], [0.0]]
+
+    The contrastive term (paper F.3, with the printed second denominator's index corrected) and its FCCO form are in
+    :class:`GlobalContrastiveLoss`. Its batch estimate is unbiased when the batch's non-target samples are a uniform
+    draw of the data's, or a class-balanced draw of equally large classes (the BDD100K config caps every class at
+    ``max_per_class``). Samples of classes neither target nor protected only serve as contrast negatives.
     """
 
     # Under DDP every rank evaluates the objective on the global batch (the contrast sets and each constraint's class
@@ -247,6 +254,7 @@ class ContinualLearningObjective(ConstrainedObjective):
 
     def bind_sizes(self, sizes: dict[str, int]) -> None:
         """Take the protected classes from ``sizes["num_classes"]`` (every class but the target) when not given."""
+        super().bind_sizes(sizes)
         num_classes = sizes.get("num_classes")
         if num_classes is not None and not 0 <= self.target < int(num_classes):
             raise ValueError(f"ContinualLearningObjective: target={self.target} is not a class index (the data has {num_classes} classes)")

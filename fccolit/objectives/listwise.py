@@ -31,7 +31,7 @@ WEIGHTS: tuple[str, ...] = get_args(RelevanceWeight)
 
 
 class ListwiseCELoss(FCCOObjective):
-    r"""ListNet's top-one cross-entropy, one FCCO term per relevant (query, item) pair.
+    r"""ListNet's top-one cross-entropy as an FCCO objective, one term per relevant (query, item) pair.
 
     .. math::
 
@@ -39,54 +39,45 @@ class ListwiseCELoss(FCCOObjective):
         g_{q,i}(w) = \frac{1}{N_q} \sum_{x \in S_q} \exp(h(x) - h(x_i)), \qquad
         f_{q,i}(u) = P_q(y_i)\,(\log u + \log N_q)
 
-    with D the relevant pairs (``P_q(y_i) > 0``), S_q the N_q items of query q and ``P_q(y_i)`` the target
-    top-one probability of item i. Since ``log g_{q,i} + log N_q = −log softmax_i(h over S_q)``::
+    with D the relevant pairs, S_q the N_q items of query q and ``P_q(y_i)`` the target top-one probability of item i.
+    Since ``log g_{q,i} + log N_q = −log softmax_i``, ``|D| · F = Σ_q ListNet_q`` exactly (Wang & Yang's ``f = log u``,
+    §5, drops the weight and the constant ``log N_q``; both are kept). ``∇f = P/u``. It reads the ranking batch
+    (:mod:`fccolit.objectives.ranking_batch`): scores ``[B, L]``, ``relevance``, ``pair_index`` (state row of each
+    relevant entry, −1 elsewhere), optional ``mask``, ``num_items`` (N_q), ``num_relevant`` (N_q^+) and optional
+    ``relevance_sum``; state rows ``num_pairs``, d' = 1.
 
-        |D| · F = Σ_q ( − Σ_{i∈S_q^+} P_q(y_i) log softmax_i ) = Σ_q ListNet_q
+    Args:
+        relevance_weight: the target ``P_q(y_i)``: ``"linear"`` (default, ``y_i / Σ_{j∈S_q^+} y_j``), ``"uniform"``
+            (``1/N_q^+``; equals ``"linear"`` for binary relevance) or ``"none"`` (1: one cross-entropy term per
+            relevant pair, SOLC's shape). The per-query normalizers come from ``relevance_sum`` / ``num_relevant``
+            when present, else from the list, which must then hold every relevant item of its query.
+        inner_estimator: ``"list_mean"`` (default: the mean over the list; exact when the list is the whole S_q, unbiased
+            for a uniform sample of it) or ``"stratified"`` (unbiased when the list's relevant and other items are
+            uniform samples of the query's; needs ``num_items`` and ``num_relevant``); see
+            :func:`~fccolit.objectives.ranking_batch.anchor_item_weights`.
 
-    exactly: the paper's ``f = log u`` (Wang & Yang, §5) drops the weight ``P_q(y_i)`` and the constant
-    ``log N_q``; both are kept here (the constant has no gradient but makes F the cross-entropy). ``∇f = P/u``.
+    Raises:
+        ValueError: a choice that is not one of the listed values; in :meth:`inner`, scores that are not ``[B, L]``, or
+            a ``"linear"`` normalizer taken from a list that lacks some of its query's relevant items.
+        KeyError: in :meth:`inner`, a batch without a field the options need (``num_items``, ``num_relevant``).
 
-    Target weights (``relevance_weight``):
+    Example:
+        >>> import torch
+        >>> batch = {"relevance": torch.tensor([[2, 0, 1]]), "pair_index": torch.tensor([[0, -1, 1]]),
+        ...          "num_items": torch.tensor([3]), "num_relevant": torch.tensor([2])}
+        >>> scores = torch.tensor([[1.0, 0.0, 0.5]])  # one query, a list of 3 items, 2 of them relevant
+        >>> from fccolit.objectives import ListwiseCELoss
+        >>> objective = ListwiseCELoss()
+        >>> inner = objective.inner(scores, batch)  # one row per relevant item
+        >>> inner.index.tolist(), [round(v, 4) for v in inner.value[:, 0].tolist()]
+        ([0, 1], [0.6581, 1.0851])
+        >>> round(float(objective.exact_value(scores, batch)), 4)
+        0.4235
 
-    * ``"linear"`` (default, Wang & Yang's example ``P ∝ y``): ``P_q(y_i) = y_i / Σ_{j∈S_q^+} y_j``;
-    * ``"uniform"``: ``P_q(y_i) = 1/N_q^+`` (every relevant item alike; equals ``"linear"`` for binary relevance);
-    * ``"none"``: ``P = 1``, one cross-entropy term per relevant pair (SOLC's shape; Qiu et al.'s §6 scales it
-      further by 1/N_q per query, which a subclass can put in :meth:`pair_weight`).
-
-    The per-query normalizers come from the batch: ``relevance_sum`` ``[B]`` (``Σ_{j∈S_q^+} y_j``) when the
-    DataModule provides it, and ``num_relevant`` ``[B]`` (N_q^+); otherwise from the list itself, which must then
-    hold every relevant item of its query (checked on the CPU when ``num_relevant`` is present).
-
-    Inner estimates (``inner_estimator``), for a list of P_q relevant and M_q other items of query q (the
-    ranking batch schema: relevant entries have ``pair_index ≥ 0``), each relevant entry an anchor:
-
-    * ``"list_mean"`` (default; what SONG / SOLC compute): ``ĝ_{q,i} = mean_{x in the list} exp(h(x) − h(x_i))``.
-      **Exact when the list is the whole S_q** (every item, mask marking the real entries), so the SOX estimator
-      is then the true gradient; unbiased when the list is a uniform sample of S_q.
-    * ``"stratified"``: unbiased when the list's relevant items are a uniform sample (without replacement) of the
-      query's N_q^+ relevant items and its other items a uniform sample of its N_q − N_q^+ non-relevant items::
-
-          ĝ_{q,i} = ( 1 + ((N_q^+ − 1)/(P_q − 1)) Σ_{x rel, x≠i} e_x + ((N_q − N_q^+)/M_q) Σ_{x other} e_x ) / N_q
-
-      with ``e_x = exp(h(x) − h(x_i))`` and the anchor's own term ``e_i = 1`` counted once (the anchor is always
-      in its own list: as for :class:`~fccolit.objectives.ap.AveragePrecisionSurrogate`'s ``"reweighted"``). It is
-      exact for full lists too. Needs ``num_items`` and ``num_relevant``.
-
-    Sampling of the pairs: the rows of a batch are its relevant entries and algorithms average over them, so
-    the step estimates ∇F when the batch's pairs are a uniform sample of D (e.g. every query contributes the
-    same number of pairs per relevant item it has); a query-level sampler with a fixed number of relevant items
-    per query weights queries equally instead (as the experiments of Qiu et al., §7, sample "a few (e.g., 10)
-    relevant items" per query).
-
-    Numerics: ``exp(h(x) − h(x_i))`` overflows for score gaps above ~88 (float32); the state is linear, not
-    log-domain, so keep the scores bounded. A per-batch shift of the exponent cannot be used (the state must
-    stay on one scale across steps).
-
-    Batch fields (the ranking schema): scores ``[B, L]``; ``relevance`` ``[B, L]`` (0 for non-relevant and
-    padding); ``pair_index`` ``[B, L]`` (state row of each relevant entry, −1 elsewhere); ``mask`` ``[B, L]``
-    (real entries; optional, default all); ``num_items`` ``[B]`` (N_q); ``num_relevant`` ``[B]`` (N_q^+);
-    optional ``relevance_sum`` ``[B]``. State rows: ``num_pairs``; d' = 1.
+    The step estimates ∇F when the batch's pairs are a uniform sample of D; a query-level sampler with a fixed number
+    of relevant items per query weights queries equally instead (as Qiu et al., §7, sample "a few (e.g., 10) relevant
+    items" per query). ``exp(h(x) − h(x_i))`` overflows for score gaps above ~88 (float32) and the state is linear,
+    not log-domain (a per-batch shift cannot be used: the state must stay on one scale), so keep the scores bounded.
     """
 
     inner_dim: ClassVar[int] = 1
@@ -170,27 +161,47 @@ class ListwiseCELoss(FCCOObjective):
 
 
 class SOLCListwiseCELoss(ListwiseCELoss):
-    r"""Listwise cross-entropy as SOLC optimizes it, the warm-up objective of SONG / K-SONG (Qiu et al., ICML 2022).
-
-    Qiu et al.'s App. B.
+    r"""Listwise cross-entropy as SOLC optimizes it (Qiu et al., ICML 2022, App. B), the warm-up of SONG / K-SONG.
 
     .. math::
 
-        F(w) = \frac{1}{N} \sum_q \frac{1}{N_q} \sum_{x_i \in S_q^+} -\ln \frac{e^{h_q(x_i)}}{\sum_{x_j \in S_q} e^{h_q(x_j)}}
-             = \frac{1}{N} \sum_q \sum_{i \in S_q^+} f_{q,i}(g_{q,i}), \quad
-        g_{q,i} = \frac{1}{N_q}\sum_{j \in S_q} e^{h_j - h_i}, \quad f_{q,i}(u) = \frac{\ln u + \ln N_q}{N_q}
+        F(w) = \frac{1}{N} \sum_q \frac{1}{N_q} \sum_{x_i \in S_q^+} -\ln \frac{e^{h_q(x_i)}}{\sum_{x_j \in S_q} e^{h_q(x_j)}},
+        \qquad g_{q,i} = \frac{1}{N_q}\sum_{j \in S_q} e^{h_j - h_i}, \quad f_{q,i}(u) = \frac{\ln u + \ln N_q}{N_q}
 
-    It is :class:`ListwiseCELoss` (whose inner value, f and ∇f = weight/u it reuses) with
-    the pair weight ``P = 1`` per relevant item (``relevance_weight="none"``, as printed; ``"uniform"`` /
-    ``"linear"`` give ListNet's normalized targets), times ``1/N_q`` (``list_size_weight=True``, as printed: App. B
-    and §6; False drops it, as LibAUC's ``ListwiseCELoss`` does), times the row weight of ``normalization``
-    (``"per_query"``: the 1/N over queries of the formula, a user weighted by their number of relevant items;
-    ``"query_mean"``: every user weighted equally, Algorithm 3's average, which the SOLC warm-up configs use;
-    ``"pairs"``: a mean over pairs).
+    It is :class:`ListwiseCELoss` (inner value, f and ∇f = weight/u) with the pair weight ``P = 1``, times ``1/N_q``
+    (``list_size_weight``), times the row weight of ``normalization``. For SOLC's log-domain state, :meth:`log_inner`
+    gives ``ln ĝ`` by a log-sum-exp (no overflow for large score gaps) and :meth:`outer_log` takes ``ln u``.
 
-    The printed Algorithm 3 omits the factor ``exp(h_j − h_i)`` in its gradient; the
-    estimator of :class:`~fccolit.algorithms.song.SOLC` is ``∇f(u)·∇ĝ``, which has it. For SOLC's log-domain
-    state, :meth:`log_inner` gives ``ln ĝ`` by a log-sum-exp (no overflow for large score gaps).
+    Args:
+        relevance_weight: ``"none"`` (default: P = 1 per relevant item, as printed), or ``"uniform"`` / ``"linear"``
+            (ListNet's normalized targets, see :class:`ListwiseCELoss`).
+        inner_estimator: ``"list_mean"`` or ``"stratified"`` (see :class:`ListwiseCELoss`).
+        normalization: ``"per_query"`` (the formula's 1/N over queries, a user weighted by their number of relevant
+            items), ``"query_mean"`` (every user weighted equally, Algorithm 3's average, which the SOLC warm-up configs
+            use) or ``"pairs"`` (a mean over pairs); see :func:`~fccolit.objectives.ranking_batch.row_weights`.
+        list_size_weight: keep the ``1/N_q`` of App. B and §6 (True, as printed); False drops it, as LibAUC's
+            ``ListwiseCELoss`` does.
+
+    Raises:
+        ValueError: a choice that is not one of the listed values; in :meth:`inner` / :meth:`log_inner`, scores that
+            are not ``[B, L]``.
+        KeyError: in :meth:`inner` / :meth:`log_inner`, a batch without ``num_items`` (or another field the options
+            need).
+
+    Example:
+        >>> import torch
+        >>> batch = {"relevance": torch.tensor([[2, 0, 1]]), "pair_index": torch.tensor([[0, -1, 1]]),
+        ...          "num_items": torch.tensor([3]), "num_relevant": torch.tensor([2])}
+        >>> scores = torch.tensor([[1.0, 0.0, 0.5]])  # one query, a list of 3 items, 2 of them relevant
+        >>> from fccolit.objectives import SOLCListwiseCELoss
+        >>> objective = SOLCListwiseCELoss()
+        >>> [round(v, 4) for v in objective.log_inner(scores, batch).value[:, 0].tolist()]  # ln ĝ
+        [-0.4183, 0.0817]
+        >>> round(float(objective.exact_value(scores, batch)), 4)
+        0.6202
+
+    The printed Algorithm 3 omits the factor ``exp(h_j − h_i)`` in its gradient; the estimator of
+    :class:`~fccolit.algorithms.song.SOLC` is ``∇f(u)·∇ĝ``, which has it.
     """
 
     def __init__(

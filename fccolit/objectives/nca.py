@@ -17,7 +17,10 @@ from fccolit.objectives.base import FCCOObjective, InnerBatch
 
 
 class NCALoss(FCCOObjective):
-    r"""NCA: learn an embedding ``z = A x`` in which each point's stochastic nearest neighbour has its class.
+    r"""Neighbourhood component analysis (NCA) as an FCCO objective (Wang & Yang, ICML 2022, §4.3, eq. (8)).
+
+    ``F`` is minus the expected leave-one-out accuracy of the stochastic nearest-neighbour classifier in an
+    embedding ``z = A x``:
 
     .. math::
 
@@ -25,46 +28,39 @@ class NCALoss(FCCOObjective):
         g_i(A) = \frac{1}{|S_i|} \sum_{j \in S_i} \big[\, \mathbb{1}(y_j = y_i)\, k_{ij},\; k_{ij} \,\big],
         \qquad k_{ij} = \exp(-\lVert z_i - z_j \rVert^2)
 
-    with ``S_i = D ∖ {x_i}``: ``−f(g_i)`` is the probability that the stochastic neighbour of ``x_i`` (drawn
-    with probability ∝ ``k_ij`` among the other points) has the class of ``x_i``, and ``F`` is minus the
-    expected leave-one-out accuracy of that classifier.
+    with ``S_i = D ∖ {x_i}``. One state row per point (``num_samples``, d' = 2). Batch fields: ``y`` ``[B]`` long
+    (class labels) and ``index`` ``[B]`` (state row of each point); the scores are the embedding ``[B, k]`` (a ``[B]``
+    output is read as k = 1). Every point of a batch is an anchor and its inner set is the rest of the batch,
+    ``ĝ_i = (1/(|B| − 1)) Σ_{j∈B, j≠i} [1(y_j = y_i) k_ij, k_ij]``, unbiased for a uniform batch without replacement
+    (:class:`~fccolit.samplers.uniform.UniformBatchSampler`); under DDP the batch is gathered.
 
-    Choices, and where they differ from the paper's printed eq. (8):
+    Args:
+        inner_scale: ``"mean"`` (default: divide the inner sums by ``|S_i| = n − 1``) or ``"sum"`` (the paper's sums;
+            needs ``num_samples``). ``f`` is scale-invariant: both give the same objective and the same updates (tested).
 
-    * ``C_i = {x_j ∈ S_i : y_j = y_i}`` **excludes the anchor**. As printed, C_i = {x_j ∈ D : y_j = y_i}
-      contains x_i itself, so the numerator would get a ``k_ii = 1`` term that the denominator (over
-      S_i = D∖{x_i}) lacks and ``−f`` could exceed 1; standard NCA (p_ii = 0) excludes it.
-    * ``F`` is the mean over the points (the FCCO form). The paper's eq. (8) sums them: its value is n × ours.
-    * ``inner_scale="mean"`` (default) divides the inner sums by ``|S_i| = n − 1``; ``"sum"`` keeps the paper's
-      sums. ``f`` is scale-invariant and ``∇f(c·u) = ∇f(u)/c``, so both give the same objective and the same
-      updates of every algorithm (tested); ``"sum"`` needs ``num_samples``
-      (:meth:`bind_sizes`).
+    Raises:
+        ValueError: ``inner_scale`` not one of the two; in :meth:`inner`, a batch of fewer than 2 points, or
+            ``"sum"`` before the data sizes are bound.
+        FloatingPointError: in :meth:`inner` on the CPU, an anchor whose every kernel value underflowed to 0 (the
+            embedding's distances are too large: ‖z_i − z_j‖² > 745 in float64, > 103 in float32).
 
-    Mini-batch estimate: every point of the batch is an anchor, and its inner set is the rest of the batch
-    (``B ∖ {anchor}``, the "widely used" minibatch NCA of the paper)::
+    Example:
+        >>> import torch
+        >>> from fccolit.objectives import NCALoss
+        >>> objective = NCALoss()
+        >>> batch = {"y": torch.tensor([0, 0, 1, 1]), "index": torch.arange(4)}
+        >>> z = torch.tensor([[0.0, 0.0], [0.1, 0.0], [1.0, 1.0], [1.1, 0.9]])
+        >>> tuple(objective.inner(z, batch).value.shape)
+        (4, 2)
+        >>> round(float(objective.exact_value(z, batch)), 4)  # −(expected leave-one-out accuracy)
+        -0.7682
 
-        ĝ_i = (1/(|B| − 1)) Σ_{j∈B, j≠i} [ 1(y_j = y_i) k_ij , k_ij ]         (× (n − 1) for "sum")
-
-    unbiased for ``g_i`` when the batch is a uniform sample without replacement (the other members of the batch
-    are then a uniform sample of D∖{x_i}; :class:`~fccolit.samplers.uniform.UniformBatchSampler`). The anchor
-    is excluded by its position in the batch. The inner set couples the batch, so the objective needs the
-    global batch under DDP.
-
-    Model: NCA learns a linear map A (``z = A x``); any model that maps ``batch["x"]`` to an embedding ``[B, k]``
-    works (e.g. ``fccolit.models.MLP(hidden=[], out_features=k)``: its bias cancels in ``z_i − z_j`` and gets
-    zero gradient). A ``[B]`` output is read as ``k = 1``.
-
-    Numerics: ``k_ij`` underflows to 0 for far-apart points (‖z_i − z_j‖² > 745 in float64, > 103 in float32);
-    when it does for every other point of the batch, ``ĝ_i2 = 0`` and ``f`` is undefined. On the CPU this is an
-    error naming the cause; keep the embedding's distances O(1) at initialisation (scale A or the features).
-    A per-batch shift of the exponent cannot help: the state must stay on one scale across steps.
-
-    Metrics: there is no validation metric of embeddings in :mod:`fccolit.metrics`, so ``default_metrics`` is
-    empty and an algorithm logs only ``train/objective`` (the plug-in ``mean_i f(u_i)``); :meth:`exact_value`
-    on a whole split gives the true F.
-
-    Batch fields: ``y`` ``[B]`` long (class labels) and ``index`` ``[B]`` (row of the point in the state).
-    State rows: ``num_samples``; d' = 2.
+    Where this differs from the paper's printed eq. (8) (Wang & Yang, ICML 2022, §4.3): ``C_i = {x_j ∈ S_i : y_j =
+    y_i}`` excludes the anchor (as printed, the numerator gets a ``k_ii = 1`` the denominator lacks, and ``−f`` could
+    exceed 1; standard NCA has p_ii = 0), and ``F`` is the mean over the points (the paper's sum is n × ours). Any model
+    that maps ``batch["x"]`` to ``[B, k]`` works, e.g. ``fccolit.models.MLP(hidden=[], out_features=k)`` (its bias
+    cancels in ``z_i − z_j``). There is no validation metric of embeddings in :mod:`fccolit.metrics`:
+    ``default_metrics`` is empty and an algorithm logs only ``train/objective``.
     """
 
     inner_dim: ClassVar[int] = 2

@@ -35,11 +35,16 @@ _LN2 = math.log(2.0)
 
 
 class RankingObjective(FCCOObjective):
-    """Base of the per-pair ranking objectives: one state row per relevant (query, item) pair (``num_pairs``).
+    r"""Base of the per-pair ranking objectives: one state row per relevant (query, item) pair (``num_pairs``).
 
     Args:
-        normalization: ``"per_query"``, ``"query_mean"`` or ``"pairs"`` (:mod:`fccolit.objectives.ranking_batch`).
-        inner_estimator: ``"list_mean"`` or ``"stratified"`` (:mod:`fccolit.objectives.ranking_batch`).
+        normalization: ``"per_query"``, ``"query_mean"`` or ``"pairs"``: how F averages over queries and pairs
+            (:func:`~fccolit.objectives.ranking_batch.row_weights`).
+        inner_estimator: ``"list_mean"`` or ``"stratified"``: which average of the list the inner estimate is
+            (:func:`~fccolit.objectives.ranking_batch.anchor_item_weights`).
+
+    Raises:
+        ValueError: a choice that is not one of the listed values.
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
@@ -68,33 +73,50 @@ class RankingObjective(FCCOObjective):
 
 
 class NDCGSurrogate(RankingObjective):
-    r"""The NDCG surrogate of Qiu et al. (ICML 2022) as an FCCO problem.
-
-    Their eqs. (2)–(3); minimized, so ``F = −surrogate``.
+    r"""NDCG surrogate of Qiu et al. (ICML 2022, eqs. (2)–(3)) as an FCCO objective, minimized as ``F = −surrogate``.
 
     .. math::
 
         g_{q,i}(w) = \frac{1}{N_q} \sum_{x' \in S_q} ℓ(h_q(x') - h_q(x_i)), \qquad
         f_{q,i}(u) = \frac{1}{Z_q} \frac{1 - 2^{y_i}}{\log_2(N_q u + 1)}
 
-    with ``ℓ(d) = max(0, d + c)²`` (the squared hinge; c = ``margin``), ``N_q·g`` a smooth upper bound of the rank
-    of item i when c ≥ 1 (Lemma 4.1: then the surrogate is a lower bound of NDCG), Z_q the ideal DCG of the query
-    (batch field ``ideal_dcg``) and y_i its relevance. The text of eq. (3) prints ``2^{u_i^q}``; App. E's ``2^{y}``
-    is used. The self pair ``x' = x_i`` is in the sum, so ``g ≥ ℓ(0)/N_q > 0`` and f and ∇f
-    are finite at every estimate (the first-visit state is the estimate itself, never 0).
-
-    ``∇f_{q,i}(u) = (2^{y_i} − 1) N_q / (Z_q ln2 (N_q u + 1) log2²(N_q u + 1)) > 0`` (closed form).
+    ``N_q·g`` is a smooth upper bound of the rank of item i when the squared hinge's margin c ≥ 1 (Lemma 4.1: then the
+    surrogate is a lower bound of NDCG); Z_q is the ideal DCG of the query (batch field ``ideal_dcg``) and y_i the
+    item's relevance. ``∇f = (2^{y_i} − 1) N_q / (Z_q ln2 (N_q u + 1) log2²(N_q u + 1)) > 0`` (closed form). It reads the
+    ranking batch (:mod:`fccolit.objectives.ranking_batch`); one state row per relevant pair (``num_pairs``), d' = 1.
 
     Args:
         surrogate: pairwise surrogate ℓ (:mod:`fccolit.surrogates`); ``"squared_hinge"`` is the paper's.
-        margin: c of the squared hinge (not given in the paper; 1.0 as in the authors' code and LibAUC, the
-            smallest margin for which Lemma 4.1's lower bound holds).
+        margin: c of the squared hinge (not given in the paper; 1.0 as in the authors' code and LibAUC, the smallest
+            margin for which Lemma 4.1's lower bound holds).
         scale: slope of the logistic / sigmoid / exp surrogates.
-        normalization, inner_estimator: see :class:`RankingObjective`.
+        normalization: ``"per_query"``, ``"query_mean"`` or ``"pairs"`` (:class:`RankingObjective`).
+        inner_estimator: ``"list_mean"`` or ``"stratified"`` (:class:`RankingObjective`).
 
-    ``inner`` returns, per anchor row: ``value`` ĝ ``[R, 1]`` and the context ``gain`` (2^y − 1), ``ideal`` (Z_q),
-    ``num_items`` (N_q), ``weight`` (row weight), ``row`` (batch row of the query) and ``anchor_score`` (h_i,
-    differentiable; used by K-SONG's selector).
+    Raises:
+        ValueError: a choice that is not one of the listed values, or a surrogate with ``ℓ(0) ≤ 0`` (the self pair
+            must make ``g > 0``, otherwise f is infinite); in :meth:`inner`, scores that are not the batch's ``[B, L]``,
+            or a query with relevant items and ``ideal_dcg ≤ 0``.
+        KeyError: in :meth:`inner`, a batch without a field it needs (``num_items``, ``ideal_dcg``, ...).
+
+    Example:
+        >>> import torch
+        >>> batch = {"relevance": torch.tensor([[2, 0, 1]]), "pair_index": torch.tensor([[0, -1, 1]]),
+        ...          "num_items": torch.tensor([3]), "num_relevant": torch.tensor([2]),
+        ...          "ideal_dcg": torch.tensor([3.6309]), "ideal_dcg_at_k": torch.tensor([3.6309])}
+        >>> scores = torch.tensor([[1.0, 0.0, 0.5]])  # one query, a list of 3 items, 2 of them relevant
+        >>> from fccolit.objectives import NDCGSurrogate
+        >>> objective = NDCGSurrogate()
+        >>> inner = objective.inner(scores, batch)  # one row per relevant item
+        >>> inner.index.tolist(), [round(v, 4) for v in inner.value[:, 0].tolist()]
+        ([0, 1], [0.4167, 1.1667])
+        >>> round(float(objective.exact_value(scores, batch)), 4)
+        -0.8332
+
+    The text of eq. (3) prints ``2^{u_i^q}``; App. E's ``2^{y}`` is used. The self pair ``x' = x_i`` is in the sum, so
+    ``g ≥ ℓ(0)/N_q > 0`` and f and ∇f are finite at every estimate. ``inner`` returns per anchor row the context
+    ``gain`` (2^y − 1), ``ideal`` (Z_q), ``num_items`` (N_q), ``weight`` (row weight), ``row`` (batch row of the query)
+    and ``anchor_score`` (h_i, differentiable; used by K-SONG's selector).
     """
 
     ideal_key: ClassVar[str] = "ideal_dcg"
@@ -207,7 +229,7 @@ class LowerLevel:
 
 
 class TopKNDCGSurrogate(NDCGSurrogate):
-    r"""The top-K NDCG surrogate of Qiu et al. (ICML 2022), §5: a bilevel compositional problem (eq. (4)), minimized.
+    r"""The top-K NDCG surrogate of Qiu et al. (ICML 2022, §5): a bilevel compositional objective (eq. (4)), minimized.
 
     .. math::
 
@@ -216,26 +238,45 @@ class TopKNDCGSurrogate(NDCGSurrogate):
 
         L_q(λ; w) = \frac{K + ε}{N_q} λ + \frac{τ_2}{2} λ^2 + \frac{1}{N_q} \sum_{x_j \in S_q} τ_1 \ln(1 + e^{(h_q(x_j) - λ)/τ_1})
 
-    f^K is :class:`NDCGSurrogate`'s f with ``Z_q^K`` (batch field ``ideal_dcg_at_k``, the DataModule's ``top_k``
-    must equal K) in place of Z_q, and ψ is a smooth selector (``selector``): ``ψ(s) = σ(α s)`` (App. E: "the
-    logistic loss"; the authors' code and LibAUC use σ(α s) with α = 2), or ``ψ(s) = max(s, 0)²`` (the remark after
-    Lemma 5.2: ψ(s) ≤ C·1(s > 0) for bounded scores, so the objective lower-bounds top-K NDCG; items below λ get no
-    weight at all, where σ(α s) still gives an item just below λ almost half the weight of one just above it). ``λ̂_q`` estimates the threshold of the top K
-    (Lemmas 5.1 and 5.3): with well separated scores and small τ1, τ2 it sits between the (K+1)-th and the K-th
-    largest score (at their midpoint for ε = 0; at ``θ_{K+1} − τ1 logit(ε)`` for ε ∈ (0, 1)).
-
-    Implicit gradient (App. E eq. (11); eq. (7) of the main text has the wrong sign, as finite differences confirm):
-    ``∇ψ(h_i − λ̂) = ψ'·(∇h_i − ∇λ̂)`` with ``∇λ̂ = −∇²_{wλ}L / ∇²_λ L = Σ_j c_j σ'_j/τ1 ∇h_j / ∂²_λ L``.
+    f^K is :class:`NDCGSurrogate`'s f with ``Z_q^K`` (batch field ``ideal_dcg_at_k``; the DataModule's ``top_k`` must
+    equal K) in place of Z_q; ψ is a smooth selector and ``λ̂_q`` estimates the threshold of the top K (Lemmas 5.1 and
+    5.3): with well separated scores and small τ1, τ2 it sits between the (K+1)-th and the K-th largest score.
+    :meth:`lower_level` gives ``∂_λ L_q``, ``∂²_λ L_q`` and the weights of the implicit gradient ``∇λ̂_q``;
+    :meth:`solve_threshold` solves ``λ̂_q`` (bisection, then Newton).
 
     Args:
         top_k: K (Table 4: 10 for learning to rank, 300 for recommendation).
-        epsilon: ε of Lemma 5.1 / eq. (4); eq. (6), the authors' code and LibAUC drop it (ε = 0, the default).
+        epsilon: ε of Lemma 5.1 / eq. (4), added to K in L_q; eq. (6), the authors' code and LibAUC drop it (ε = 0,
+            the default).
         threshold_smoothing: τ1, the temperature of the softplus ``τ1 ln(1 + e^{(h − λ)/τ1})`` that smooths
             ``[h − λ]_+`` in L_q (not given in the paper; LibAUC's 0.01).
         threshold_regularization: τ2, the weight of ``(τ2/2) λ²`` that makes L_q strongly convex (LibAUC's 1e-4).
-        selector: ψ: ``"sigmoid"`` (σ(α s), default) or ``"squared_hinge"`` (max(s, 0)², Lemma 5.2's remark).
-        selector_slope: α of the sigmoid ψ (LibAUC's 2.0; an assumption, the paper gives no value).
-        (the rest): see :class:`NDCGSurrogate`; the lower level uses the same ``inner_estimator``.
+        selector_slope: α of the sigmoid selector ``ψ(s) = σ(α s)`` (LibAUC's 2.0; the paper gives no value).
+        selector: ψ: ``"sigmoid"`` (σ(α s), default: App. E's "logistic loss", the authors' code and LibAUC) or
+            ``"squared_hinge"`` (``max(s, 0)²``, the remark after Lemma 5.2: items below λ get no weight at all).
+        surrogate, margin, scale, normalization, inner_estimator: see :class:`NDCGSurrogate`; the lower level uses the
+            same ``inner_estimator``.
+
+    Raises:
+        ValueError: ``top_k < 1``, ``epsilon`` outside [0, 1), ``threshold_smoothing`` or ``threshold_regularization``
+            ≤ 0, or a choice that is not one of the listed values (and what :class:`NDCGSurrogate` raises).
+
+    Example:
+        >>> import torch
+        >>> batch = {"relevance": torch.tensor([[2, 0, 1]]), "pair_index": torch.tensor([[0, -1, 1]]),
+        ...          "num_items": torch.tensor([3]), "num_relevant": torch.tensor([2]),
+        ...          "ideal_dcg": torch.tensor([3.6309]), "ideal_dcg_at_k": torch.tensor([3.6309])}
+        >>> scores = torch.tensor([[1.0, 0.0, 0.5]])  # one query, a list of 3 items, 2 of them relevant
+        >>> from fccolit.objectives import TopKNDCGSurrogate
+        >>> objective = TopKNDCGSurrogate(top_k=2)
+        >>> [round(v, 3) for v in objective.solve_threshold(scores, batch).tolist()]  # λ̂_q, between the 3rd and 2nd
+        [0.104]
+        >>> round(float(objective.exact_value(scores, batch)), 4)
+        -0.6928
+
+    Implicit gradient (App. E eq. (11); eq. (7) of the main text has the wrong sign, as finite differences confirm):
+    ``∇ψ(h_i − λ̂) = ψ'·(∇h_i − ∇λ̂)`` with ``∇λ̂ = −∇²_{wλ}L / ∇²_λ L = Σ_j c_j σ'_j/τ1 ∇h_j / ∂²_λ L``. For ε ∈ (0, 1)
+    the threshold sits at ``θ_{K+1} − τ1 logit(ε)``; for ε = 0 at the midpoint.
     """
 
     ideal_key: ClassVar[str] = "ideal_dcg_at_k"

@@ -142,6 +142,17 @@ class Hinge(OuterFunction):
 
     Args:
         rho: ρ > 0, the penalty weight (β in eq. (53); 1/r for CVaR).
+
+    Raises:
+        ValueError: ``rho ≤ 0``; in the envelope methods, a smoothing ``lam < 0``.
+
+    Example:
+        >>> import torch
+        >>> u = torch.tensor([[-1.0], [0.5]])  # two constraint values
+        >>> from fccolit.objectives import Hinge
+        >>> f = Hinge(rho=2.0)
+        >>> f.value(u).tolist(), f.envelope_grad(u, 0.1)[:, 0].tolist()  # f and ∇f_λ (λ = 0.1)
+        ([0.0, 1.0], [0.0, 2.0])
     """
 
     def __init__(self, rho: float = 1.0) -> None:
@@ -185,6 +196,20 @@ class SquaredHinge(OuterFunction):
 
     Closed forms: ``∇f = 2ρ[x]_+``; ``prox_{λf}(x) = x`` (x ≤ 0), ``x/(1 + 2λρ)`` (x > 0);
     ``f_λ(x) = ρ[x]_+²/(1 + 2λρ)``.
+
+    Args:
+        rho: ρ > 0, the penalty weight.
+
+    Raises:
+        ValueError: ``rho ≤ 0``; in the envelope methods, a smoothing ``lam < 0``.
+
+    Example:
+        >>> import torch
+        >>> u = torch.tensor([[-1.0], [0.5]])  # two constraint values
+        >>> from fccolit.objectives import SquaredHinge
+        >>> f = SquaredHinge(rho=2.0)
+        >>> f.value(u).tolist(), f.grad(u)[:, 0].tolist()
+        ([0.0, 0.5], [0.0, 2.0])
     """
 
     smooth = True
@@ -227,6 +252,17 @@ class SmoothedHinge(OuterFunction):
         rho: ρ > 0, the penalty weight.
         smoothing: λ > 0, the smoothing parameter of the Moreau envelope (the paper takes λ = ε/ρ; the ROC-fairness
             grid is {2e-2, 2e-3, 2e-4}).
+
+    Raises:
+        ValueError: ``rho ≤ 0`` or ``smoothing ≤ 0`` (use :class:`Hinge` for λ = 0).
+
+    Example:
+        >>> import torch
+        >>> u = torch.tensor([[-1.0], [0.5]])  # two constraint values
+        >>> from fccolit.objectives import SmoothedHinge
+        >>> f = SmoothedHinge(rho=2.0, smoothing=0.1)
+        >>> [round(v, 4) for v in f.value(u).tolist()], f.grad(u)[:, 0].tolist()  # ρx − λρ²/2 above the knee λρ
+        ([0.0, 0.8], [0.0, 2.0])
     """
 
     smooth = True
@@ -278,6 +314,17 @@ class GapPenalty(OuterFunction):
     Args:
         penalty: the scalar penalty ``p`` (:class:`Hinge`, :class:`SmoothedHinge` or :class:`SquaredHinge`).
         kappa: κ ≥ 0, the tolerance.
+
+    Raises:
+        ValueError: a penalty that is not scalar (``dim != 1``), or ``kappa < 0``.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.objectives import GapPenalty, Hinge
+        >>> f = GapPenalty(Hinge(1.0), kappa=0.1)
+        >>> g = torch.tensor([[0.5, 0.2], [0.3, 0.25]])  # (g_1, g_2) of two constraints
+        >>> [round(v, 4) for v in f.constraint(g).tolist()], [round(v, 4) for v in f.value(g).tolist()]
+        ([0.2, -0.05], [0.2, 0.0])
     """
 
     dim = 2
@@ -363,6 +410,17 @@ class CompositeObjective(FCCOObjective):
     SONEX then tracks ``g_{0,a}`` with a per-index state of its own and the same step as the ``g_i`` (Chen et al.'s
     "modified SONEX", App. F.3), stepping on ``mean_a ∇ĝ_{0,a} ∇f_0(u_{0,a})``; :meth:`direct` is then the plug-in
     mini-batch value ``mean_a f_0(ĝ_{0,a})`` (what the algorithms without that state use).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.objectives import CompositeObjective, Hinge, InnerBatch
+        >>> class HingeOfTheMean(CompositeObjective):  # F = [mean(s) − 1]_+, one outer index
+        ...     outer_fn = Hinge(1.0)
+        ...     def inner(self, scores, batch):
+        ...         return InnerBatch(index=torch.zeros(1, dtype=torch.long), value=(scores.mean() - 1.0).reshape(1, 1))
+        >>> objective, scores = HingeOfTheMean(), torch.tensor([1.0, 2.0, 3.0])
+        >>> float(objective.exact_value(scores, {})), float(objective.exact_value(scores, {}, lam=2.0))  # F and F_λ
+        (1.0, 0.25)
     """
 
     outer_fn: OuterFunction

@@ -187,30 +187,40 @@ FCCO_INTERFACE = frozenset({"inner", "outer", "outer_grad", "inner_dim", "state_
 
 
 class RankedRangeObjective(nn.Module):
-    """Base of the ranked-range objectives, and the protocol the ranked-range algorithms read.
+    r"""Base of the ranked-range (difference-of-convex) objectives, and the protocol their algorithms read.
 
-    See the module docstring for the objectives; the algorithms are those of :mod:`fccolit.algorithms.pauc`.
-
-    These objectives are DC programs solved by :class:`~fccolit.algorithms.pauc.PAUCRange` (AGD-SBCD),
+    The objectives are solved by :class:`~fccolit.algorithms.pauc.PAUCRange` (AGD-SBCD),
     :class:`~fccolit.algorithms.pauc.SoRR`, :class:`~fccolit.algorithms.pauc.DCA`,
-    :class:`~fccolit.algorithms.pauc.ProximalDCA` and :class:`~fccolit.algorithms.pauc.MiniBatchPAUC`. They are
-    not of the form ``f(g(w))`` with ``g`` an average, so they are not :class:`~fccolit.objectives.FCCOObjective`
-    and have none of its ``inner`` / ``outer`` / ``outer_grad`` / ``inner_dim`` / ``state_bounds``: asking for one
-    (a SOX-type algorithm given a ranked-range objective) raises a ``TypeError`` that names the right algorithms.
+    :class:`~fccolit.algorithms.pauc.ProximalDCA` and :class:`~fccolit.algorithms.pauc.MiniBatchPAUC`. They are not of
+    the form ``f(g(w))`` with ``g`` an average, so they are not :class:`~fccolit.objectives.FCCOObjective` and have none
+    of its ``inner`` / ``outer`` / ``outer_grad`` / ``inner_dim`` / ``state_bounds``. Subclasses implement
+    :meth:`losses`; the algorithms read :meth:`losses`, :meth:`dc_components`, :meth:`component_score_gradient`,
+    :meth:`exact_value`, :meth:`num_rows`, :meth:`bind_sizes`, :meth:`bind_model`, :meth:`local_fields`, the class
+    attributes of an FCCOObjective (``task``, ``default_metrics``, ``batch_fields``, ``needs_global_batch``: a row
+    needs every column of the batch, so under DDP the batch is gathered with gradient), and the attributes ``alpha``,
+    ``beta``: the shares ``m/N`` and ``n/N`` of the column population (α, β).
 
-    Subclasses implement :meth:`losses`. The attributes ``alpha`` and ``beta`` are the shares ``m/N`` and ``n/N``
-    of the column population (α, β; the FPR range for pAUC), which the algorithms read; ``surrogate`` / ``margin`` / ``scale`` name the loss ℓ from
-    :mod:`fccolit.surrogates` as a function of the margin ``d`` (non-decreasing in ``d``).
+    Args:
+        share_min: α, the share of the largest entries of a row left out (subclasses name it, e.g. ``fpr_min``).
+        share_max: β, the share up to which the entries are averaged.
+        surrogate: the loss ℓ (:mod:`fccolit.surrogates`) as a function of the margin ``d`` (non-decreasing in ``d``).
+        margin: the margin of the hinge-type surrogates.
+        scale: the slope of the logistic / sigmoid / exp surrogates.
 
-    What the algorithms read (the class attributes mean what they mean on an FCCOObjective):
+    Raises:
+        ValueError: not ``0 ≤ share_min < share_max ≤ 1``, or an unknown surrogate.
+        TypeError: on access to one of the FCCO attributes it lacks (a SOX-type algorithm given a ranked-range
+            objective), naming the algorithms that solve it.
 
-    * :meth:`losses` (the loss matrix of a batch), :meth:`dc_components`, :meth:`component_score_gradient`
-      (DCA's full-data subgradient) and :meth:`exact_value`;
-    * :meth:`num_rows` (the rows of the per-row thresholds), :meth:`bind_sizes`, :meth:`bind_model`,
-      :meth:`local_fields`;
-    * ``task``, ``default_metrics``, ``multi_task`` (False), ``batch_fields`` and ``needs_global_batch``: the
-      mini-batch estimate of a row needs every column of the batch, so under DDP the batch is gathered with
-      gradient and every rank evaluates the global batch.
+    Example:
+        >>> from fccolit.objectives import PartialAUCRangeSurrogate
+        >>> objective = PartialAUCRangeSurrogate(fpr_min=0.05, fpr_max=0.5)
+        >>> objective.alpha, objective.beta  # what the algorithms read
+        (0.05, 0.5)
+        >>> objective.inner_dim  # not an FCCO objective
+        Traceback (most recent call last):
+        ...
+        TypeError: PartialAUCRangeSurrogate is a difference-of-convex ranked-range objective, not f(g(w)) ...
     """
 
     task: ClassVar[str] = "binary"
@@ -318,26 +328,37 @@ class PartialAUCRangeSurrogate(RankedRangeObjective):
         \qquad m = αN_-,\; n = βN_-
 
     with ``[j]`` the negative of rank ``j`` by score (highest first). One threshold row per positive
-    (``pos_index``). ``surrogate="logistic"`` (the default, the paper's ``ℓ(z) = log(1 + e^{−z})``) gives
-    ``s_ij = log(1 + exp(scale·(h_j⁻ − h_i⁺)))``; any surrogate of :mod:`fccolit.surrogates` is accepted (all are
-    non-increasing in the margin ``h_i⁺ − h_j⁻`` as the DC form needs). ``fpr_min = 0, fpr_max = 1`` is the plain
-    pairwise AUC surrogate.
-
-    Score transform. ``score_transform="identity"`` (the default, the paper's eq. (3)) takes the pair margin on the
-    raw scores, ``h_i⁺ − h_j⁻``; ``"sigmoid"`` takes it on ``σ(h)``, ``σ(h_i⁺) − σ(h_j⁻) ∈ (−1, 1)``, as LibAUC's
-    pAUC losses are used (its examples pass the model's output through a sigmoid, with the squared hinge of margin
-    1). σ is increasing, so the negatives' ranking, the pAUC and the DC structure (ℓ non-increasing in the margin)
-    are unchanged; the surrogate's values become bounded (``≤ (1 + margin)²`` for the squared hinge), which keeps a
-    squared hinge from blowing up under the paper's large scale-free steps c. The paper leaves ℓ and the score open
-    beyond "ℓ(z) = log(1 + e^{−z})" on a linear h; this is an option, not the paper's setting.
+    (``num_positives``). Batch fields: ``y`` ``[B]`` (1 positive, 0 negative) and ``pos_index`` ``[B]`` (row of each
+    positive, −1 for negatives). Default metrics: ``pauc_{α}_{β}`` (e.g. ``pauc_0.05_0.5``) and ``auroc``.
+    ``fpr_min = 0, fpr_max = 1`` is the plain pairwise AUC surrogate.
 
     Args:
-        fpr_min, fpr_max: the FPR range [α, β] (default [0.05, 0.5], the paper's test range).
-        surrogate, margin, scale: ℓ (see :func:`fccolit.surrogates.pairwise_surrogate`).
-        score_transform: ``"identity"`` (paper) or ``"sigmoid"`` (see above).
+        fpr_min: α, the lower end of the FPR range (default 0.05, the paper's test range [0.05, 0.5]).
+        fpr_max: β, the upper end of the FPR range (default 0.5).
+        surrogate: ℓ of the pair margin ``h_j⁻ − h_i⁺`` (:mod:`fccolit.surrogates`); ``"logistic"`` (default) is the
+            paper's ``log(1 + e^{−z})`` of ``z = h_i⁺ − h_j⁻``. Every surrogate here is monotone, as the DC form needs.
+        margin: the margin of the hinge-type surrogates.
+        scale: the slope of the logistic / sigmoid / exp surrogates.
+        score_transform: ``"identity"`` (default, the paper's: margins of raw scores) or ``"sigmoid"`` (margins of
+            ``σ(h)``, as LibAUC's pAUC losses are used; σ is increasing, so the ranking, the pAUC and the DC structure are
+            unchanged, and the surrogate's values become bounded, which keeps a squared hinge from blowing up under the
+            paper's large scale-free steps; an option, not the paper's setting).
 
-    Batch fields: ``y`` ``[B]`` (1 positive, 0 negative) and ``pos_index`` ``[B]`` (row of each positive, −1 for
-    negatives). Default metrics: ``pauc_{α}_{β}`` (e.g. ``pauc_0.05_0.5``) and ``auroc``.
+    Raises:
+        ValueError: not ``0 ≤ fpr_min < fpr_max ≤ 1``, an unknown surrogate or ``score_transform``.
+
+    Example:
+        >>> import torch
+        >>> batch = {"y": torch.tensor([1, 0, 1, 0, 0, 0]), "pos_index": torch.tensor([0, -1, 1, -1, -1, -1])}
+        >>> scores = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -2.0])
+        >>> from fccolit.objectives import PartialAUCRangeSurrogate
+        >>> objective = PartialAUCRangeSurrogate(fpr_min=0.0, fpr_max=0.5)
+        >>> tuple(objective.losses(scores, batch).losses.shape)  # one row per positive, one column per negative
+        (2, 4)
+        >>> round(float(objective.exact_value(scores, batch)), 4)
+        0.4721
+        >>> objective.default_metrics
+        ('pauc_0_0.5', 'auroc')
     """
 
     SCORE_TRANSFORMS: ClassVar[tuple[str, ...]] = ("identity", "sigmoid")
@@ -400,28 +421,43 @@ class PartialAUCRangeSurrogate(RankedRangeObjective):
 
 
 class SumOfRankedRangeLoss(RankedRangeObjective):
-    r"""The sum-of-ranked-range loss (Yao, Lin & Yang, NeurIPS 2022, eq. (7); Hu et al. 2020), normalised by ``n − m``.
+    r"""The sum-of-ranked-range loss normalised by ``n − m`` (SoRR; Yao, Lin & Yang, NeurIPS 2022, eq. (7)).
+
+    After Hu et al. 2020:
 
     .. math::
 
-        F(w) = \frac{1}{n - m} \sum_{k=m+1}^{n} s_{[k]}(w), \qquad s_j(w) = ℓ(h_w(x_j), y_j),\; m = αN,\; n = βN
+        F(w) = \frac{1}{n - m} \sum_{k=m+1}^{n} s_{[k]}(w), \qquad s_j(w) = ℓ(−y^±_j\, h_w(x_j)),\; m = αN,\; n = βN
 
-    The loss is ``s_j = surrogate(−y±_j · h(x_j))`` with ``y± = 2y − 1``: ``"logistic"`` is the binary cross-entropy
-    with logits (the paper writes ``−y log h − (1−y) log(1−h)`` with a linear ``h``, which is undefined; this is the
-    sigmoid reading, an assumption). One threshold row in all (``num_rows = 1``).
-
-    Sampling. The algorithms assume the columns of a batch are a uniform sample of the data. fccolit's binary
-    DataModules draw a fixed number of positives per batch (a stratified sample), so with ``reweight=True`` each
-    column gets the importance weight ``(N_c/N)/(B_c/B)`` of its class ``c`` (``N_c`` in the training data, ``B_c``
-    in the batch): weighted batch means are then unbiased for the data means. The class shares come from the
-    DataModule's sizes (:meth:`bind_sizes`, called by the algorithm modules). A batch holding one class only is
-    taken as uniform.
+    with ``y± = 2y − 1``: it leaves out the ``m`` largest losses (outliers) and the easy ones below rank ``n``.
+    ``"logistic"`` is the binary cross-entropy with logits (the paper writes ``−y log h − (1−y) log(1−h)`` with a
+    linear ``h``, which is undefined; this sigmoid reading is an assumption). One threshold row in all
+    (``num_rows = 1``).
 
     Args:
-        share_min, share_max: the ranked range (α, β] as shares of the N losses (default [0.05, 0.5]; the paper's LIBSVM runs use
-            m = 10³ and n = 2·10⁴ out of N ≈ 3–6·10⁴).
-        surrogate, margin, scale: ℓ as a function of ``−y±·h``.
-        reweight: importance-weight the classes of a stratified batch (see above).
+        share_min: α, the share of the N losses left out at the top (default 0.05; the paper's LIBSVM runs use
+            m = 10³ of N ≈ 3–6·10⁴).
+        share_max: β, the share up to which the losses are averaged (default 0.5; the paper: n = 2·10⁴).
+        surrogate: ℓ as a function of ``−y±·h`` (:mod:`fccolit.surrogates`).
+        margin: the margin of the hinge-type surrogates.
+        scale: the slope of the logistic / sigmoid / exp surrogates.
+        reweight: importance-weight the classes of a stratified batch: each column gets ``(N_c/N)/(B_c/B)`` for its
+            class ``c`` (``N_c`` in the training data, from :meth:`bind_sizes`; ``B_c`` in the batch), so weighted batch
+            means are unbiased for the data means (fccolit's binary DataModules draw a fixed number of positives per
+            batch). A batch of one class is taken as uniform.
+
+    Raises:
+        ValueError: not ``0 ≤ share_min < share_max ≤ 1``, or an unknown surrogate.
+        RuntimeError: in :meth:`losses`, ``reweight=True`` before the data sizes are bound.
+
+    Example:
+        >>> import torch
+        >>> batch = {"y": torch.tensor([1, 0, 1, 0, 0, 0]), "pos_index": torch.tensor([0, -1, 1, -1, -1, -1])}
+        >>> scores = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -2.0])
+        >>> from fccolit.objectives import SumOfRankedRangeLoss
+        >>> objective = SumOfRankedRangeLoss(share_min=0.25, share_max=0.75, reweight=False)
+        >>> round(float(objective.exact_value(scores, batch)), 4)  # mean of the losses ranked 2..4 of 6
+        0.3991
     """
 
     def __init__(

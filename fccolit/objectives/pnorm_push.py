@@ -18,45 +18,50 @@ from fccolit.surrogates import SurrogateName, pairwise_surrogate
 
 
 class PNormPushLoss(FCCOObjective):
-    r"""p-norm push: push every negative below the positives, with a p-norm that concentrates on the top.
+    r"""The p-norm push (Rudin 2009) as an FCCO objective (Wang & Yang, ICML 2022, §4.2).
+
+    It pushes every negative below the positives, with a p-norm that concentrates on the negatives ranked highest:
 
     .. math::
 
         F(w) = \frac{1}{|S_-|} \sum_{i \in S_-} f(g_i(w)), \qquad f(u) = u^p,
         \qquad g_i(w) = \frac{1}{|S_+|} \sum_{j \in S_+} ℓ(s_i - s_j)
 
-    with ``i`` a negative, ``j`` a positive and ``ℓ = exp`` (Rudin 2009): ``g_i`` is the (surrogate) height of
-    negative ``i`` among the positives, and the p-norm (p > 1) makes the negatives ranked highest dominate.
-    This is the "Rudin-correct" reading of the SOX paper (Wang & Yang, §4.2): the paper's text says
-    D = S_+ and S_i = S_−, and its formula has ``ℓ(s_j − s_i)``, which would penalize positives ranked *above*
-    negatives; its formula's outer sum over S_− and the authors' evaluation code agree with the form above.
-
-    * Outer index: the negatives (state rows ``num_negatives``, batch field ``neg_index``); d' = 1.
-    * Inner estimate: the mean over the batch's positives, ``ĝ_i = (1/|B_+|) Σ_{j∈B_+} ℓ(s_i − s_j)``. It is
-      unbiased for ``g_i`` when the batch's positives are a uniform sample of S_+ (a
-      :class:`~fccolit.samplers.DualSampler` batch), whatever the negatives are: the anchor is never in its
-      own inner set. The positives are shared by every negative of the batch (the ``"shared"`` inner batch of
-      the authors' scripts), so the objective needs the global batch under DDP.
-    * ``f(u) = u^p`` is convex and increasing and, for a linear model and convex ℓ, ``g_i`` is convex: the
-      problem is in the convex class of SOX's Theorem 3. The plug-in (BSGD) estimator ``∇f(ĝ_i)∇ĝ_i`` is biased
-      for p > 1 (Jensen), which is the bias floor the SOX estimator removes (``benchmarks/bias_floor.py``).
-
-    With ``surrogate="exp"`` the pairwise sum factorizes, ``Σ_j exp(c(s_i − s_j)) = exp(c s_i) Σ_j exp(−c s_j)``,
-    so :meth:`inner` and :meth:`exact_value` cost O(|B|) instead of O(|B_−|·|B_+|); they are evaluated in the
-    log domain (``log g_i = c s_i + logmeanexp_j(−c s_j)``), so no intermediate overflows before ``g_i`` itself.
-    The scores are used as they are (the papers' linear model ``s = ⟨w, x⟩``): the objective is invariant to a
-    common shift of the scores, so a bias term gets zero gradient. ``exp(·)^p`` overflows easily in float32:
-    scale the features (the authors min-max scale to [0, 1]) and keep the step size small.
+    with ``i`` a negative, ``j`` a positive and ``ℓ = exp``. One state row per negative (``num_negatives``, d' = 1).
+    Batch fields: ``y`` ``[B]`` (1 positive, 0 negative) and ``neg_index`` ``[B]`` (state row of each negative, −1 for
+    positives), as :func:`fccolit.data.binary_fields` makes them; scores ``[B]``. The inner estimate is the mean over the
+    batch's positives, unbiased when they are a uniform sample of S_+ (a :class:`~fccolit.samplers.DualSampler`
+    batch); they are shared by every negative, so under DDP the batch is gathered.
 
     Args:
         p: the norm's exponent p > 1 (the paper uses p = 4).
-        surrogate: ℓ, ``"exp"`` (Rudin's and the paper's choice) or any name of :mod:`fccolit.surrogates`
-            (non-negative ones keep ``u^p`` meaningful for non-integer p).
+        surrogate: ℓ, ``"exp"`` (Rudin's and the paper's) or any name of :mod:`fccolit.surrogates` (non-negative ones
+            keep ``u^p`` meaningful for non-integer p).
         scale: the slope c of ``exp(c·d)`` (and of the logistic / sigmoid surrogates). Default 1 (the paper).
         margin: the margin of the hinge-type surrogates (unused by ``"exp"``).
 
-    Batch fields: ``y`` ``[B]`` (1 positive, 0 negative) and ``neg_index`` ``[B]`` (row of each negative in the
-    state, −1 for positives), as :func:`fccolit.data.binary_fields` makes them. Scores: ``[B]``.
+    Raises:
+        ValueError: ``p ≤ 1`` or an unknown surrogate; in :meth:`inner` on the CPU, a batch without a positive.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.objectives import PNormPushLoss
+        >>> objective = PNormPushLoss(p=4.0)
+        >>> batch = {"y": torch.tensor([1, 0, 1, 0]), "neg_index": torch.tensor([-1, 0, -1, 1])}
+        >>> scores = torch.tensor([1.0, 0.5, 0.8, -0.5])
+        >>> inner = objective.inner(scores, batch)  # one row per negative
+        >>> inner.index.tolist(), [round(v, 4) for v in inner.value[:, 0].tolist()]
+        ([0, 1], [0.6737, 0.2478])
+        >>> round(float(objective.exact_value(scores, batch)), 4)
+        0.1049
+
+    This is the "Rudin-correct" reading of Wang & Yang (ICML 2022), §4.2: their text says D = S_+ and S_i = S_−,
+    and their formula has ``ℓ(s_j − s_i)``, which would penalize positives ranked *above* negatives; the formula's outer
+    sum over S_− and the authors' evaluation code agree with the form above. ``f`` is convex and increasing, so for a
+    linear model and convex ℓ the problem is in the convex class of SOX's Theorem 3; the plug-in (BSGD) estimator is
+    biased for p > 1 (Jensen), the bias floor SOX removes (``benchmarks/bias_floor.py``). With ``surrogate="exp"`` the
+    pairwise sum factorizes and is evaluated in the log domain in O(|B|). The scores are used as they are (the papers'
+    linear model); ``exp(·)^p`` overflows easily in float32: scale the features and keep the step size small.
     """
 
     inner_dim: ClassVar[int] = 1
