@@ -45,8 +45,8 @@ class RunState:
     training_estimate_name = "train/objective"  # what log_objective_estimate logs (and its "_epoch" mean)
 
     def init_run_state(self) -> None:
-        """The epoch's running sum and count of the logged estimate (plain tensors: a torchmetrics object costs ~1 ms
-        a step; not in the state dict, whose values one process and W processes share: the checkpoint keeps the sums
+        """The epoch's running sum and count of the logged estimate (plain tensors, cheaper per step than a torchmetrics
+        object; not in the state dict, whose values one process and W processes share: the checkpoint keeps the sums
         over every rank apart, see :meth:`on_save_checkpoint`), the run seed and the logging flag."""
         self.register_buffer("_objective_sum", torch.zeros((), dtype=torch.float64), persistent=False)
         self.register_buffer("_objective_count", torch.zeros((), dtype=torch.float64), persistent=False)
@@ -90,7 +90,7 @@ class RunState:
         a multiple of ``log_every_n_steps``. Fixed at the start of each batch (these modules take one optimizer step
         per batch, so the batches so far are the global step until this batch's step is taken); True outside
         training. Algorithms and callbacks compute values that exist only to be logged under this flag: a
-        ``self.log`` call costs about 0.3 ms on a CPU, as much as a state update."""
+        ``self.log`` call costs about as much as a small step's state update on a CPU."""
         return self._logs_this_step
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
@@ -103,7 +103,7 @@ class RunState:
         a supervised module's loss) and log its mean as ``train/objective`` (``training_estimate_name``).
 
         The step value is handed to ``self.log`` only on the steps the logger writes (``log_every_n_steps``): a
-        ``self.log`` call costs about 0.3 ms on a CPU, as much as the whole state update. The epoch's value,
+        ``self.log`` call costs about as much as a small step's state update on a CPU. The epoch's value,
         ``train/objective_epoch``, is the exact mean over every step and rank (:meth:`on_train_epoch_end`).
         """
         if estimate is None:
