@@ -244,9 +244,12 @@ def report(single: dict, ddp: dict | None, command: str, steps: int, threads: in
         "* SONEX: the MSVR correction γ'(ĝ(w_t) − ĝ(w_{t−1})) evaluates the batch a second time, at the previous "
         "parameters (one more forward pass of the MLP, about a third of a plain step); the ↳ row without it "
         "(γ' = 0) is the rest of SONEX's machinery.",
-        "* PAUCRange (inner step, `fccolit/algorithms/pauc/agd_sbcd.py`): each step adds the proximal term ‖w − w_k‖²/(2μ) "
-        "over every parameter to the gradient (in closed form), adds the iterate to the running average of the "
-        "iterates, and sorts the batch's losses for the ranked range: two parameter-sized passes beyond the SGD step.",
+        "* PAUCRange (inner step, `fccolit/algorithms/pauc/agd_sbcd.py`): its optimizer step "
+        "(`double_loop.proximal_step_`) takes the proximal term ‖v − w_k‖²/(2μ) in closed form, as a move of v "
+        "towards w_k (`torch._foreach_lerp_`), then the gradient step, and adds v to the running sum of the iterates "
+        "in the same step (`torch._foreach_add_`): two parameter-sized passes beyond the SGD step's one. The rest is "
+        "the ranked range: the thresholds' read and update, and the sort of the batch's losses for the logged "
+        "estimate (the epoch's exact mean needs every step's).",
         "* ADAP: the AP surrogate's P × B pairs (64 × 256 here; one autograd node with a closed-form backward), the "
         "state update and the estimator: about a hundred small tensor operations at a few microseconds each on this "
         "CPU, a fixed cost of roughly 1 ms. Its sigmoid scores are clamped at log √tiny "

@@ -13,6 +13,7 @@ batch is one inner step, and after the inner loop's last step the module takes i
       z_{k+1} = \operatorname*{arg\,min}_z \langle G_k, z\rangle + \frac{\|z - a\|^2}{2ν} + \frac{\|z - z_k\|^2}{2η}
               = \frac{η a + ν z_k − ην G_k}{η + ν}
               = z_k − \frac{ην}{η + ν}\Big(G_k + \frac{z_k − a}{ν}\Big)
+              = z_k + \frac{η}{η + ν}(a − z_k) − \frac{ην}{η + ν} G_k
 
   (Yao, Lin & Yang, "Large-scale Optimization of Partial AUC in a Range of False Positive Rates", NeurIPS 2022,
   arXiv:2203.01505, eq. (14) with ``ν = μ``; Chen, Wang, Yang, Lin & Yang, "Stochastic Momentum Methods for
@@ -83,28 +84,45 @@ class ParameterSnapshot(nn.Module):
 # ----------------------------------------------------------------------------------------------------------
 @torch.no_grad()
 def proximal_step_(
-    params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], anchors: Sequence[torch.Tensor], lr: float, nu: float
+    params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None], anchors: Sequence[torch.Tensor], lr: float,
+    nu: float, running_sum: Sequence[torch.Tensor] | None = None,
 ) -> None:
-    r"""``z ← argmin_z ⟨G, z⟩ + ‖z − a‖²/(2ν) + ‖z − z_k‖²/(2η) = z − (ην/(η+ν)) · [G + (z − a)/ν]``, in place.
+    r"""``z ← argmin_z ⟨G, z⟩ + ‖z − a‖²/(2ν) + ‖z − z_k‖²/(2η) = z + (η/(η+ν))(a − z) − (ην/(η+ν)) G``, in place.
 
-    The one implementation of the proximal inner step (see the module docstring): a gradient step with learning
-    rate ``ην/(η+ν)`` on ``⟨G, z⟩ + ‖z − a‖²/(2ν)``, fused per parameter (three passes, no temporary).
+    The one implementation of the proximal inner step (see the module docstring): the proximal term's gradient
+    ``(z − a)/ν`` is taken in closed form, as a move of ``z`` towards ``a``, so there is no autograd graph over the
+    parameters and ``G`` is only read. Two fused passes over the parameters (``torch._foreach_lerp_`` towards the
+    anchors, then ``torch._foreach_add_`` of ``G``), one more with ``running_sum``.
 
     Args:
         params: the iterate ``z_k`` (overwritten with ``z_{k+1}``).
-        grads: ``G``, one tensor per parameter; **overwritten** with ``G + (z_k − a)/ν``.
+        grads: ``G``, one tensor per parameter, or None for a parameter without gradient (pulled towards its
+            anchor only); not modified.
         anchors: ``a``, one tensor per parameter (unused when ``ν = ∞``).
         lr: η ≥ 0, the inner step size.
         nu: ν > 0, the weight of the proximal term (μ of AGD-SBCD, 1/L of proximal DCA); ``math.inf``: none, the
             plain step ``z − ηG``.
+        running_sum: tensors (one per parameter) to which ``z_k``, the iterate before this step, is added: the
+            running sum of the iterates that AGD-SBCD averages, in the same pass over the parameters' loop.
+
+    Example:
+        >>> z, a = [torch.tensor([1.0, 2.0])], [torch.tensor([0.0, 0.0])]
+        >>> total = [torch.zeros(2)]
+        >>> proximal_step_(z, [torch.tensor([1.0, -1.0])], a, lr=1.0, nu=1.0, running_sum=total)
+        >>> z[0], total[0]  # (η a + ν z − ην G)/(η + ν) = (z − G)/2; the sum holds z before the step
+        (tensor([0.0000, 1.5000]), tensor([1., 2.]))
     """
+    params = list(params)
+    if running_sum is not None:
+        torch._foreach_add_(list(running_sum), params)
     if math.isinf(nu):
-        torch._foreach_add_(list(params), list(grads), alpha=-lr)
-        return
-    grads = list(grads)
-    torch._foreach_add_(grads, list(params), alpha=1.0 / nu)  # no temporary difference z − a
-    torch._foreach_add_(grads, list(anchors), alpha=-1.0 / nu)
-    torch._foreach_add_(list(params), grads, alpha=-(nu * lr / (nu + lr)))
+        step = lr
+    else:
+        torch._foreach_lerp_(params, list(anchors), lr / (lr + nu))  # z + (η/(η+ν))(a − z)
+        step = nu * lr / (nu + lr)
+    stepped = [(p, g) for p, g in zip(params, grads, strict=True) if g is not None]
+    if stepped and step != 0.0:
+        torch._foreach_add_([p for p, _ in stepped], [g for _, g in stepped], alpha=-step)
 
 
 class ProximalStep(torch.optim.Optimizer):
@@ -112,28 +130,44 @@ class ProximalStep(torch.optim.Optimizer):
 
     The anchors ``a`` come from ``anchors()`` at every step (one tensor per parameter, in the order of the
     parameters over all groups), so they may be buffers that the module moves or re-creates. A parameter without
-    gradient is pulled towards its anchor only. After the step ``.grad`` holds ``G + (z − a)/ν``. Gradient clipping
-    (Lightning's ``clip_gradients`` before the step) clips ``G`` alone.
+    gradient is pulled towards its anchor only. ``.grad`` is left as it is (``G``). Gradient clipping (Lightning's
+    ``clip_gradients`` before the step) clips ``G`` alone.
 
     Args:
         params: the inner iterate z (the live parameters).
         anchors: returns the anchor tensors.
         lr: η ≥ 0, the inner step size (``lr`` so that schedulers and the modules can drive it).
         nu: ν > 0, the weight of the proximal term; ``math.inf`` for none.
+        running_sum: returns tensors (one per parameter, ordered as the anchors) to which every step adds the
+            iterate before it (AGD-SBCD's running sum of the iterates; None: none).
+
+    Raises:
+        ValueError: ``lr`` < 0 or ``nu`` ≤ 0.
+        RuntimeError: ``anchors()`` (or ``running_sum()``) returns another number of tensors than there are
+            parameters.
+
+    Example:
+        >>> z = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+        >>> opt = ProximalStep([z], lambda: [torch.zeros(2)], lr=1.0, nu=1.0)
+        >>> z.grad = torch.tensor([1.0, -1.0])
+        >>> opt.step()
+        >>> z.data
+        tensor([0.0000, 1.5000])
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
     cli_choice = False
 
     def __init__(
-        self, params: Iterable[nn.Parameter], anchors: Callable[[], Sequence[torch.Tensor]], lr: float, nu: float
+        self, params: Iterable[nn.Parameter], anchors: Callable[[], Sequence[torch.Tensor]], lr: float, nu: float,
+        running_sum: Callable[[], Sequence[torch.Tensor]] | None = None,
     ) -> None:
         if not float(lr) >= 0.0:
             raise ValueError(f"the inner step size η (lr) must be >= 0, got {lr}")
         if not float(nu) > 0.0:
             raise ValueError(f"the proximal parameter ν (nu) must be > 0 (inf: no proximal term), got {nu}")
         super().__init__(params, dict(lr=float(lr), nu=float(nu)))
-        self.anchors = anchors
+        self.anchors, self.running_sum = anchors, running_sum
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -141,18 +175,19 @@ class ProximalStep(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        anchors = list(self.anchors())
         total = sum(len(group["params"]) for group in self.param_groups)
-        if len(anchors) != total:
-            raise RuntimeError(f"ProximalStep: {len(anchors)} anchors for {total} parameters")
+        anchors = list(self.anchors())
+        sums = None if self.running_sum is None else list(self.running_sum())
+        for what, tensors in (("anchors", anchors), ("running sums", sums)):
+            if tensors is not None and len(tensors) != total:
+                raise RuntimeError(f"ProximalStep: {len(tensors)} {what} for {total} parameters")
         start = 0
         for group in self.param_groups:
             params = group["params"]
-            for p in params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            proximal_step_(params, [p.grad for p in params], anchors[start : start + len(params)], group["lr"], group["nu"])
-            start += len(params)
+            end = start + len(params)
+            proximal_step_(params, [p.grad for p in params], anchors[start:end], group["lr"], group["nu"],
+                           running_sum=None if sums is None else sums[start:end])
+            start = end
         return loss
 
 
@@ -278,9 +313,12 @@ class DoubleLoop(LoopPosition):
         self.loop["inner_step"] = 0
         self.set_anchor_()
 
-    def proximal_step(self, lr: float, nu: float) -> ProximalStep:
-        """The inner step's optimizer over :meth:`loop_parameters`, towards :meth:`anchor_tensors`."""
+    def proximal_step(
+        self, lr: float, nu: float, running_sum: Callable[[], Sequence[torch.Tensor]] | None = None
+    ) -> ProximalStep:
+        """The inner step's optimizer over :meth:`loop_parameters`, towards :meth:`anchor_tensors` (``running_sum``:
+        see :class:`ProximalStep`)."""
         params = self.loop_parameters()
         if not params:
             raise ValueError(f"{type(self).__name__}: the model has no trainable parameters")
-        return ProximalStep(params, self.anchor_tensors, lr=lr, nu=nu)
+        return ProximalStep(params, self.anchor_tensors, lr=lr, nu=nu, running_sum=running_sum)

@@ -265,6 +265,33 @@ def test_sbcd_steps_equal_algorithm_1_in_paper_units():
     assert not torch.allclose(v, w)
 
 
+def test_fused_v_step_and_running_sum_equal_the_written_out_formula_to_1e_12():
+    """The v step folds the proximal term's gradient (v − w)/μ' into the optimizer (a move towards w) and adds v^(t)
+    to the running sum in the same optimizer step: its iterates and the average v̄_m equal the formula written out
+    in float64, ``v − (cμ'/(c + μ'))·(ĝ + (v − w)/μ')`` and ``(1/T) Σ_{t<T} v^(t)``, to 1e-12."""
+    x, y = shifted_gaussians(6, 40, 3, seed=8)
+    data = ArrayData(x, y, 14, 4)
+    mu, c = 0.8, 0.6  # c/μ' large enough that the proximal term moves v by as much as ĝ does
+    steps = 6
+    module = linear_module(PAUCRange, data, w0=[0.4, -0.2, 0.1], objective=PartialAUCRangeSurrogate(0.2, 0.5), mu=mu,
+                           gamma=2 * mu, lr=c, inner_steps=steps)
+    rec = PAUCRecorder()
+    fit_datamodule(module, data, steps, [rec])
+    w = rec.before[0]["v"]
+    v, iterates = w.clone(), []
+    for t in range(steps):
+        iterates.append(v)
+        assert float((rec.before[t]["v"] - v).abs().max()) <= 1e-12
+        _, g_hat, _, _ = pauc_hand_step(rec.before[t]["batch"], v, rec.before[t]["lambda_m"], 0.2)
+        v = v - (c * mu / (c + mu)) * (g_hat + (v - w) / mu)
+        if t < steps - 1:  # after the branch's last step v restarts at the anchor
+            assert float((rec.after[t]["v"] - v).abs().max()) <= 1e-12
+    assert float((w - iterates[-1]).abs().max()) > 1e-2  # the steps moved v
+    v_bar_m = torch.stack(iterates).mean(0)  # the m-branch's output: v^(0) = w included, the last iterate not
+    assert float((rec.after[-1]["v_bar_m"] - v_bar_m).abs().max()) <= 1e-12
+    assert torch.equal(module.v_sum, torch.zeros_like(module.v_sum))  # restarted for the n-branch
+
+
 def test_state_machine_averages_restarts_warm_starts_and_outer_step():
     x, y = shifted_gaussians(4, 24, 2, seed=6)
     data = ArrayData(x, y, 12, 4)  # every batch holds all four positives

@@ -18,7 +18,7 @@ exactly.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -154,9 +154,12 @@ class PAUCRange(SBCDLoop):
         if self.end_inner_step():
             self.finish_branch(self.loop["inner_step"])
 
+    def running_sum_tensors(self) -> Callable[[], list[torch.Tensor]]:
+        """``v_sum``: the v step adds ``v^{(t)}``, the iterate before it, in its own pass over the parameters."""
+        return lambda: self.buffer_pieces("v_sum")
+
     def before_v_step(self, tracker: ThresholdTracker, index: torch.Tensor, lam: torch.Tensor) -> None:
-        self.accumulate_(self.v_sum)  # v^{(t)}, before this step's update
-        tracker.accumulate(index, lam, self.loop["inner_step"])
+        tracker.accumulate(index, lam, self.loop["inner_step"])  # λ^{(t)}, before this step's update
 
     @torch.no_grad()
     def finish_branch(self, steps: int) -> None:

@@ -89,6 +89,16 @@ class RankedRangeModule(LoopPosition, FCCOModule):
         """``vector`` split into views shaped like the trainable parameters."""
         return [part.view(s) for s, part in zip(self._param_shapes, vector.split(self._param_numels))]
 
+    def buffer_pieces(self, name: str) -> list[torch.Tensor]:
+        """:meth:`pieces` of the flat buffer ``name``, made once per buffer tensor (every step reads them; a buffer
+        that ``.to()`` or ``load_state_dict(assign=True)`` replaced gets new views)."""
+        buffer = getattr(self, name)
+        cache = self.__dict__.setdefault("_buffer_pieces", {})
+        cached = cache.get(name)
+        if cached is None or cached[0] is not buffer or cached[1][0].data_ptr() != buffer.data_ptr():
+            cached = cache[name] = (buffer, self.pieces(buffer))
+        return cached[1]
+
     @torch.no_grad()
     def add_linear_gradient(self, vector: torch.Tensor, weight: float) -> None:
         """``.grad += weight · vector``: the gradient of ``weight · ⟨vector, v⟩`` w.r.t. the live parameters ``v``,
@@ -98,11 +108,6 @@ class RankedRangeModule(LoopPosition, FCCOModule):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         torch._foreach_add_([p.grad for p in params], self.pieces(vector), alpha=weight)
-
-    @torch.no_grad()
-    def accumulate_(self, vector: torch.Tensor) -> None:
-        """``vector += v`` (the live parameters), without materializing ``v`` as one ``[d]`` tensor."""
-        torch._foreach_add_(self.pieces(vector), [p.detach() for p in self.trainable()])
 
     # ------------------------------------------------------------------ the step pieces
     def set_learning_rate(self, lr: float) -> None:
@@ -273,14 +278,19 @@ class SBCDLoop(DoubleLoop, RankedRangeModule):
         self.flat_buffer("anchor", math.nan)  # w; NaN until the first training step copies the model
 
     def configure_optimizers(self) -> Any:
-        return self.proximal_step(self.lr, self.proximal_nu)
+        return self.proximal_step(self.lr, self.proximal_nu, running_sum=self.running_sum_tensors())
+
+    def running_sum_tensors(self) -> Callable[[], list[torch.Tensor]] | None:
+        """What the v step adds the iterate before it to (one tensor per parameter), inside the optimizer step:
+        None (the default), or a callable returning them (AGD-SBCD: its running sum of the iterates)."""
+        return None
 
     # ------------------------------------------------------------------ the anchor (DoubleLoop)
     def loop_parameters(self) -> list[nn.Parameter]:
         return self.trainable()
 
     def anchor_tensors(self) -> list[torch.Tensor]:
-        return self.pieces(self.anchor)
+        return self.buffer_pieces("anchor")
 
     def anchor_is_set(self) -> bool:
         return not bool(torch.isnan(self.anchor[:1]).any())
