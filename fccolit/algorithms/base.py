@@ -45,8 +45,10 @@ SchedulerFactory = LRSchedulerCallable
 
 @dataclass
 class TrackedSum:
-    """One FCCO sum ``(1/n) Σ_i f_i(g_i(w))`` of a step: the objective that gives ``ĝ_i`` and ``f_i``, the per-index
-    state that tracks ``u_i ≈ g_i(w)``, and how the batch's per-row terms ``[R]`` become its share of the loss.
+    """One FCCO sum ``(1/n) Σ_i f_i(g_i(w))`` of a step: its objective, its per-index state, how its rows reduce.
+
+    The objective gives ``ĝ_i`` and ``f_i``, the state tracks ``u_i ≈ g_i(w)``, and ``reduce`` makes the batch's
+    per-row terms ``[R]`` its share of the loss.
 
     Args:
         objective: the sum's objective.

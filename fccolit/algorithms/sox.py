@@ -351,7 +351,7 @@ class BSGD(SOXFamily):
 
 
 class SOAP(SOXFamily):
-    r"""SOAP: selective moving average, fresh ``u``, no momentum (Qi et al. 2021; Wang et al., AISTATS 2022).
+    r"""SOAP: selective moving average, fresh ``u``, no momentum (Qi et al., NeurIPS 2021, arXiv:2104.08736).
 
     Qi, Luo, Xu, Ji and Yang, "Stochastic Optimization of Areas Under Precision-Recall Curves with Provable
     Convergence", NeurIPS 2021, arXiv:2104.08736; as written by Wang et al. (AISTATS 2022, arXiv:2107.01173).
@@ -545,7 +545,7 @@ class ProjectedSOX(SOXFamily):
 
 
 class MOAPV1(ProjectedSOX):
-    r"""MOAP-V1: SOAP's selective U-update with the projection Π_Ω, plus momentum (Wang et al., AISTATS 2022).
+    r"""MOAP-V1: SOAP's selective update with Π_Ω, plus momentum (Wang et al., AISTATS 2022, arXiv:2107.01173).
 
     The update (Wang et al.'s Algorithm 1)::
 
@@ -583,7 +583,7 @@ class MOAPV1(ProjectedSOX):
 
 
 class MOAPV2(ProjectedSOX):
-    r"""MOAP-V2: the randomized coordinate update with Π_Ω, plus momentum (Wang et al., AISTATS 2022).
+    r"""MOAP-V2: randomized coordinate update with Π_Ω, plus momentum (Wang et al., AISTATS 2022, arXiv:2107.01173).
 
     The update (Wang et al.'s Algorithm 2)::
 
@@ -622,9 +622,9 @@ class MOAPV2(ProjectedSOX):
 
 
 class ADAP(MOAPV2):
-    r"""ADAP: MOAP-V2's state and estimator with an Adam-type step, no bias correction (Wang et al., AISTATS 2022).
+    r"""ADAP: MOAP-V2 with an Adam-type step, no bias correction (Wang et al., AISTATS 2022, arXiv:2107.01173).
 
-    The update (Wang et al.'s Algorithm 3)::
+    MOAP-V2's state and estimator; the step (Wang et al.'s Algorithm 3)::
 
         m ← (1 − β1) m + β1 ∇̃,    v ← h_t(v, ∇̃²),    w ← w − η m / (√v + δ)
 
