@@ -44,7 +44,7 @@ def _buffer_name(name: str) -> str:
 
 
 class ParameterSnapshot(nn.Module):
-    """A copy of a module's trainable parameters kept as persistent buffers.
+    """A copy of a module's trainable parameters kept as persistent buffers (ALEXR2's anchor, SONEX's w_{t−1}).
 
     It moves with the module, follows its dtype, is in every checkpoint (so a resumed run continues with the
     same previous iterate / anchor) and is identical on every rank under DDP (the weights are). ``ready`` is False
@@ -52,6 +52,20 @@ class ParameterSnapshot(nn.Module):
 
     Args:
         named: ``(name, parameter)`` pairs; names as in ``module.named_parameters()``.
+
+    Raises:
+        ValueError: :meth:`copy_from` given another number of tensors than the snapshot holds.
+
+    Example:
+        >>> layer = nn.Linear(2, 1)
+        >>> snapshot = ParameterSnapshot(layer.named_parameters())
+        >>> bool(snapshot.ready)
+        False
+        >>> snapshot.copy_from(layer.parameters())
+        >>> bool(snapshot.ready), sorted(snapshot.as_dict())
+        (True, ['bias', 'weight'])
+        >>> sorted(snapshot.state_dict())  # persistent buffers: in every checkpoint
+        ['bias', 'ready', 'weight']
     """
 
     def __init__(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -209,6 +223,24 @@ class LoopPosition:
     Class attributes:
         loop_keys: the counters.
         loop_layout: ``"extra_state"`` or ``"tensors"``.
+
+    Raises:
+        KeyError: a state dict whose loop position lacks one of ``loop_keys``.
+
+    Example:
+        >>> class Counted(LoopPosition, nn.Module):
+        ...     loop_layout = "tensors"
+        ...     def __init__(self):
+        ...         self.init_loop()
+        ...         super().__init__()
+        >>> module = Counted()
+        >>> module.loop["inner_step"] += 3
+        >>> dict(module.state_dict())
+        {'outer_step': tensor(0), 'inner_step': tensor(3)}
+        >>> restored = Counted()
+        >>> _ = restored.load_state_dict(module.state_dict())
+        >>> restored.loop
+        {'outer_step': 0, 'inner_step': 3}
     """
 
     loop_keys: tuple[str, ...] = ("outer_step", "inner_step")
@@ -262,6 +294,37 @@ class DoubleLoop(LoopPosition):
     It provides :meth:`ensure_anchor` (call it first in every training step), :meth:`end_inner_step` (count an
     inner step; True when the inner loop is done), :meth:`end_outer_step` and :meth:`proximal_step` (the inner
     step's optimizer).
+
+    Raises:
+        ValueError: :meth:`proximal_step` for a module without trainable parameters, or with ``lr`` < 0 or
+            ``nu`` ≤ 0 (:class:`ProximalStep`).
+        NotImplementedError: a method of the five above that the module does not implement.
+
+    Example:
+        Two inner proximal steps with G = 0 towards the anchor a = 0, then the outer step moves the anchor:
+
+        >>> class TwoStep(DoubleLoop, nn.Module):
+        ...     def __init__(self):
+        ...         self.init_loop()
+        ...         super().__init__()
+        ...         self.w = nn.Parameter(torch.tensor([1.0]))
+        ...         self.register_buffer("a", torch.zeros(1))
+        ...     def loop_parameters(self): return [self.w]
+        ...     def anchor_tensors(self): return [self.a]
+        ...     def anchor_is_set(self): return True
+        ...     def set_anchor_(self): self.a.copy_(self.w.detach())
+        ...     def inner_steps_at(self, outer): return 2
+        >>> module = TwoStep()
+        >>> inner = module.proximal_step(lr=1.0, nu=1.0)
+        >>> for _ in range(2):
+        ...     module.w.grad = torch.zeros(1)
+        ...     inner.step()  # w ← (η a + ν w)/(η + ν) = w/2
+        ...     done = module.end_inner_step()
+        >>> module.w.data, done
+        (tensor([0.2500]), True)
+        >>> module.end_outer_step()
+        >>> module.loop, module.a
+        ({'outer_step': 1, 'inner_step': 0}, tensor([0.2500]))
     """
 
     _anchor_checked: bool = False

@@ -18,6 +18,8 @@ DOCTESTED = {
     "fccolit.algorithms.alexr2": ["ALEXR2"],
     "fccolit.algorithms.supervised": ["Supervised"],
     "fccolit.algorithms.base": ["FCCOModule", "TrackedSum"],
+    "fccolit.algorithms.double_loop": ["ParameterSnapshot", "proximal_step_", "ProximalStep", "LoopPosition",
+                                       "DoubleLoop"],
     "fccolit.metrics.ranking": ["NDCGScore", "FullRankingNDCGScore"],
     "fccolit.metrics.classification": ["APScore", "AUROCScore", "PartialAUCScore"],
     "fccolit.metrics.accuracy": ["AccuracyScore"],
