@@ -151,7 +151,7 @@ def report(r: dict, command: str) -> str:
         "",
         "| metric on the same scores | users timed | seconds | ms / user | NDCG@10 / @20 / @50 |",
         "|---|---:|---:|---:|---|",
-        f"| fccolit `FullRankingNDCG`, chunks of 1,024 users | {r['ours_users']:,} | {r['ours_s']:.2f} | "
+        f"| fccolit `FullRankingNDCGScore`, chunks of 1,024 users | {r['ours_users']:,} | {r['ours_s']:.2f} | "
         f"{ours:.4f} | {fmt(r['values_ours'])} |",
     ]
     if "values_previous" in r:

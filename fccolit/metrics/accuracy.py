@@ -55,6 +55,7 @@ class AccuracyScore(BatchMetric):
         self.per_task: Tensor | None = None
 
     def update(self, preds: Tensor, target: Tensor) -> None:  # type: ignore[override]
+        """Count the top-1 hits of a batch per class: scores ``[N, C]``, labels ``[N]`` or ``[N, 1]``."""
         if target.ndim == 2 and target.shape[1] == 1:
             target = target[:, 0]
         if preds.ndim != 2 or target.ndim != 1 or target.shape[0] != preds.shape[0]:
@@ -78,6 +79,7 @@ class AccuracyScore(BatchMetric):
         self.total = self.total.index_add(0, target, torch.ones_like(hit))
 
     def compute(self) -> Tensor:
+        """The overall accuracy; each class's accuracy goes to :attr:`per_task`."""
         if float(self.total.sum()) == 0:
             raise ValueError("accuracy is undefined without samples")
         self.per_task = self.correct / self.total  # NaN for a class never seen

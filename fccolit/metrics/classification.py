@@ -68,6 +68,7 @@ class _BinaryCatMetric(BatchMetric):
         self._roc: list[ROCVertices | None] | None = None  # per task, from the last compute()
 
     def update(self, preds: Tensor, target: Tensor) -> None:  # type: ignore[override]
+        """Keep the (score, label) pairs of a batch: ``[N]`` / ``[N, 1]`` binary, or ``[N, T]`` multi-task."""
         if preds.ndim == 2 and preds.shape[1] > 1:
             preds, target = _validate_multitask(preds, target)
         else:
@@ -101,6 +102,7 @@ class _BinaryCatMetric(BatchMetric):
         return self._value_of(roc), roc
 
     def compute(self) -> Tensor:
+        """The metric over every pair kept (on every process), or the mean over the tasks; keeps the ROC vertices."""
         preds, target = self._gathered()
         if preds.ndim == 1:
             self.per_task = None
@@ -123,6 +125,7 @@ class _BinaryCatMetric(BatchMetric):
         return defined.mean()
 
     def reset(self) -> None:
+        """Drop the pairs, the per-task values and the kept ROC vertices."""
         self._roc = None
         super().reset()
 

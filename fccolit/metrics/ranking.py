@@ -98,6 +98,7 @@ class NDCGScore(BatchMetric):
         self._curve: Tensor | None = None  # NDCG@1..top_k from the last compute()
 
     def update(self, preds: Tensor, target: Tensor, mask: Tensor | None = None) -> None:  # type: ignore[override]
+        """Add the per-query NDCG of a batch of ``[Q, L]`` lists (see :func:`~fccolit.metrics.functional.ndcg_at_k`)."""
         values, prefix = _ndcg_lists(
             preds, target, self.top_k, mask, self.gain, self.empty_query, self.ties, self.top_k or 0
         )
@@ -108,12 +109,14 @@ class NDCGScore(BatchMetric):
         self.total_at = self.total_at + torch.where(keep[:, None], prefix, torch.zeros_like(prefix)).sum(0)
 
     def compute(self) -> Tensor:
+        """The mean NDCG@k of the counted queries (NaN without one); keeps the curve NDCG@1..top_k."""
         self._curve = self.total_at / self.count if self.top_k else None  # NaN without a counted query
         if self.count == 0:
             return torch.tensor(float("nan"), dtype=torch.float64, device=self.total.device)
         return self.total / self.count
 
     def reset(self) -> None:
+        """Zero the sums and drop the kept curve."""
         self._curve = None
         super().reset()
 
@@ -217,6 +220,8 @@ class FullRankingNDCGScore(BatchMetric):
         heldout_relevance: Tensor,
         exclude_items: Tensor | None = None,
     ) -> None:
+        """Add the per-user NDCG@k of a chunk of users for every cut-off (see
+        :func:`~fccolit.metrics.functional.full_ranking_ndcg`)."""
         workspace = self._workspace(scores) if exclude_items is not None and exclude_items.numel() else None
         prefix, ideal = _full_ranking_ndcg_prefix(
             scores, heldout_items, heldout_relevance, exclude_items, len(self.total_at), self.gain, workspace
@@ -230,6 +235,7 @@ class FullRankingNDCGScore(BatchMetric):
         self.total_at = self.total_at + torch.where(keep[:, None], prefix, torch.zeros_like(prefix)).sum(0)
 
     def reset(self) -> None:
+        """Zero the sums, drop the kept curve and release the scratch buffer."""
         self._scratch = None
         self._curve = None
         super().reset()
@@ -239,6 +245,7 @@ class FullRankingNDCGScore(BatchMetric):
         return {} if self._curve is None else {"full_ranking_ndcg@k": self._curve}
 
     def compute(self) -> dict[int, Tensor]:
+        """``{cut-off: mean NDCG@k of the counted users}`` (NaN without one); keeps the curve NDCG@1..max(top_ks)."""
         self._curve = self.total_at / self.count  # NaN without a counted user
         if self.count == 0:
             nan = torch.tensor(float("nan"), dtype=torch.float64, device=self.total.device)
