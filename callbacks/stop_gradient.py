@@ -9,9 +9,11 @@ References:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from lightning.pytorch import Callback, LightningModule, Trainer
+
+from fccolit._checks import check_choice
 
 __all__ = ["StopGradientSwitch"]
 
@@ -37,9 +39,8 @@ class StopGradientSwitch(Callback):
     Logs ``train/theoretical_estimator`` (1 or 0) every step.
     """
 
-    def __init__(self, to: str = "practical", epoch: int | None = None, step: int | None = None, attribute: str = "estimator") -> None:
-        if to not in ESTIMATORS:
-            raise ValueError(f"StopGradientSwitch: to must be one of {ESTIMATORS}, got {to!r}")
+    def __init__(self, to: Literal["practical", "theoretical"] = "practical", epoch: int | None = None, step: int | None = None, attribute: str = "estimator") -> None:
+        check_choice("StopGradientSwitch: to", to, ESTIMATORS)
         if epoch is None and step is None:
             raise ValueError("StopGradientSwitch: give the epoch or the step of the switch")
         for name, value in (("epoch", epoch), ("step", step)):

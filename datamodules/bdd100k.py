@@ -58,6 +58,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from fccolit._checks import check_choice
 from fccolit.data import binary_fields
 from fccolit.datasets.images import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, ImageFileDataset, RowOrigin
 from fccolit.datasets.splits import stratified_split
@@ -153,12 +154,9 @@ class BDD100KDataModule(FCCODataModule):
         cache_dir: str | os.PathLike | None = None,
     ) -> None:
         super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
-        if task not in (*ATTRIBUTES, "attributes"):
-            raise ValueError(f"task must be one of {[*ATTRIBUTES, 'attributes']}, got {task!r}")
-        if normalization not in ("clip", "imagenet"):
-            raise ValueError(f"normalization must be 'clip' or 'imagenet', got {normalization!r}")
-        if sampler not in ("uniform", "class_balanced"):
-            raise ValueError(f"sampler must be 'uniform' or 'class_balanced', got {sampler!r}")
+        check_choice("task", task, (*ATTRIBUTES, "attributes"))
+        check_choice("normalization", normalization, ("clip", "imagenet"))
+        check_choice("sampler", sampler, ("uniform", "class_balanced"))
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         self.root, self.task = Path(root), task
@@ -198,8 +196,7 @@ class BDD100KDataModule(FCCODataModule):
 
     # ------------------------------------------------------------------ files
     def _find_label_files(self, version: str) -> list[Path]:
-        if version not in ("auto", "2018", "2020"):
-            raise ValueError(f"labels_version must be 'auto', '2018' or '2020', got {version!r}")
+        check_choice("labels_version", version, ("auto", "2018", "2020"))
         order = ("2020", "2018") if version == "auto" else (version,)
         for v in order:
             files = [self.root / f for f in LABEL_FILES[v]]

@@ -60,6 +60,7 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
+from fccolit._checks import check_choice
 from fccolit.data import binary_fields
 from fccolit.datasets.images import IMAGENET_MEAN, IMAGENET_STD, ImageFileDataset, RowOrigin
 from fccolit.datasets.transforms import ChestXrayTransform
@@ -149,8 +150,7 @@ class CheXpertDataModule(FCCODataModule):
             raise ValueError(f"uncertainty: each key must be one of labels {self.labels} and each value one of {_POLICIES}; got {bad}")
         # a label the dict does not name keeps the default policy (U-Ones: Edema, Atelectasis; U-Zeros: the others)
         self.policies = [given.get(l, DEFAULT_UNCERTAINTY.get(l, "zeros")) for l in self.labels]
-        if blank not in ("zeros", "ignore"):
-            raise ValueError(f"blank must be 'zeros' or 'ignore', got {blank!r}")
+        check_choice("blank", blank, ("zeros", "ignore"))
         if task != "multilabel" and task not in self.labels:
             raise ValueError(f"task must be 'multilabel' or one of labels {self.labels}, got {task!r}")
         if not 0.0 <= val_fraction < 1.0:

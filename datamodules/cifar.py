@@ -69,6 +69,7 @@ from typing import Any, Literal, Sequence
 import numpy as np
 import torch
 
+from fccolit._checks import check_choice
 from fccolit.data import binary_fields
 from fccolit.datasets.images import ImageArrayDataset
 from fccolit.datasets.splits import stratified_split
@@ -185,15 +186,11 @@ class CIFARLTDataModule(FCCODataModule):
         cache_dir: str | os.PathLike | None = None,
     ) -> None:
         super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
-        if dataset not in CIFAR_SPECS:
-            raise ValueError(f"dataset must be one of {sorted(CIFAR_SPECS)}, got {dataset!r}")
-        if task not in _TASKS:
-            raise ValueError(f"task must be one of {_TASKS}, got {task!r}")
-        if sampler not in ("dual", "uniform"):
-            raise ValueError(f"sampler must be 'dual' or 'uniform', got {sampler!r}")
+        check_choice("dataset", dataset, sorted(CIFAR_SPECS))
+        check_choice("task", task, _TASKS)
+        check_choice("sampler", sampler, ("dual", "uniform"))
         self.sampler = sampler
-        if profile not in ("exp", "step"):
-            raise ValueError(f"profile must be 'exp' or 'step', got {profile!r}")
+        check_choice("profile", profile, ("exp", "step"))
         if not 0.0 < positive_keep <= 1.0:
             raise ValueError(f"positive_keep must be in (0, 1], got {positive_keep}")
         self.dataset, self.task, self.profile = dataset, task, profile

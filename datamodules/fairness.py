@@ -39,6 +39,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from fccolit._checks import check_choice
 from fccolit.data import binary_fields, binary_sizes
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
 from fccolit.io.fairness import (
@@ -120,10 +121,8 @@ class FairnessDataModule(GroupedDataModule):
             paired=paired, num_batches=num_batches, seed=seed, num_workers=num_workers, eval_batch_size=eval_batch_size,
             stratify_by_cell=stratify_by_cell,
         )
-        if dataset not in ("adult", "compas"):
-            raise ValueError(f"dataset must be 'adult' or 'compas', got {dataset!r}")
-        if missing not in ("keep", "drop"):
-            raise ValueError(f"missing must be 'keep' or 'drop', got {missing!r}")
+        check_choice("dataset", dataset, ("adult", "compas"))
+        check_choice("missing", missing, ("keep", "drop"))
         held_out = test_fraction if dataset == "compas" else 0.0
         if not (0.0 <= val_fraction < 1.0 and 0.0 <= held_out < 1.0 and val_fraction + held_out < 1.0):
             raise ValueError(f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must leave training data")

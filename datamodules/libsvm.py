@@ -20,6 +20,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from fccolit._checks import check_choice
 from fccolit.data import SparseRows, binary_fields, binary_sizes
 from fccolit.io.cache import CACHE_DIRNAME, cache_key, cached_arrays, default_cache_dir
 from fccolit.io.csr import take_rows
@@ -177,10 +178,8 @@ class LibSVMDataModule(FCCODataModule):
             )
         if pos_fraction is not None and not 0.0 < pos_fraction < 1.0:
             raise ValueError(f"pos_fraction must be in (0, 1) or None, got {pos_fraction}")
-        if normalize not in (None, "minmax", "standard"):
-            raise ValueError(f"normalize must be None, 'minmax' or 'standard', got {normalize!r}")
-        if layout not in ("auto", "dense", "sparse"):
-            raise ValueError(f"layout must be 'auto', 'dense' or 'sparse', got {layout!r}")
+        check_choice("normalize", normalize, (None, "minmax", "standard"))
+        check_choice("layout", layout, ("auto", "dense", "sparse"))
         if layout == "sparse" and normalize == "standard":
             raise ValueError(
                 "normalize='standard' subtracts each feature's mean, which fills every absent entry: use "

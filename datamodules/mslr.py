@@ -46,6 +46,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from fccolit._checks import check_choice
 from fccolit.datasets.letor import ListEvalDataset, ListwiseTrainDataset, ltr_pair_arrays
 from fccolit.io.cache import CACHE_DIRNAME
 from fccolit.io.letor import LetorFile, group_by_query, parse_letor, read_lightgbm_ranking
@@ -207,10 +208,8 @@ class MSLRDataModule(RankingDataModule):
         super().__init__(
             queries_per_batch, num_positives, num_batches, top_k, seed, num_workers, eval_batch_size, cache_dir
         )
-        if normalize not in ("allrank", "standard", None):
-            raise ValueError(f"normalize must be 'allrank', 'standard' or None, got {normalize!r}")
-        if empty_queries not in ("keep", "drop"):
-            raise ValueError(f"empty_queries must be 'keep' or 'drop', got {empty_queries!r}")
+        check_choice("normalize", normalize, ("allrank", "standard", None))
+        check_choice("empty_queries", empty_queries, ("keep", "drop"))
         if int(slate_length) < 1:
             raise ValueError(f"slate_length must be positive, got {slate_length}")
         self.root, self.fold = Path(root), int(fold)

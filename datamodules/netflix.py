@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from fccolit._checks import check_choice
 from fccolit.io.cache import CACHE_DIRNAME
 from fccolit.io.ratings import NETFLIX_SCALE, Ratings, read_netflix_probe, read_netflix_ratings
 from fccolit.io.paths import is_data_file
@@ -114,8 +115,7 @@ class NetflixDataModule(RecommendationDataModule):
         **kwargs: Any,
     ) -> None:
         super().__init__(min_ratings=min_ratings, **kwargs)
-        if holdout not in ("time", "probe"):
-            raise ValueError(f"holdout must be 'time' or 'probe', got {holdout!r}")
+        check_choice("holdout", holdout, ("time", "probe"))
         self.root = Path(root)
         self.rating_files, self.probe_file = find_netflix_files(self.root)
         self.holdout = holdout

@@ -14,6 +14,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from fccolit._checks import check_choice
 from fccolit.datasets.recommendation import (
     FullRankingEvalDataset, RecommendationTrainDataset, SampledCandidatesEvalDataset, build_recommendation_arrays,
 )
@@ -212,8 +213,7 @@ class RecommendationDataModule(RankingDataModule):
         Raises:
             ValueError: the training split has no relevant (user, item) pair (named after ``files[0]``).
         """
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {self.protocol!r}")
+        check_choice("protocol", self.protocol, sorted(PROTOCOLS))
         default_test, default_val, default_negatives = PROTOCOLS[self.protocol]
         self.num_test = default_test if self._num_test is None else int(self._num_test)
         self.num_val = default_val if self._num_val is None else int(self._num_val)

@@ -40,11 +40,12 @@ rank slices of one global batch, resumable); the items of every query are drawn 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Sequence, Literal
 
 import numpy as np
 import torch
 
+from fccolit._checks import check_choice
 from fccolit.data import TensorDictDataset
 from fccolit.datasets.synthetic import SyntheticQueryLists
 from fccolit.samplers import RankAwareBatchSampler
@@ -111,7 +112,7 @@ class SyntheticRankingDataModule(FCCODataModule):
 
     def __init__(
         self,
-        task: str = "recommendation",
+        task: Literal["recommendation", "ltr"] = "recommendation",
         num_queries: int = 300,
         num_items: int = 400,
         num_features: int = 16,
@@ -132,8 +133,7 @@ class SyntheticRankingDataModule(FCCODataModule):
     ) -> None:
         super().__init__(num_workers=num_workers, eval_batch_size=eval_batch_size)
         self.num_batches = num_batches
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        check_choice("task", task, TASKS)
         if (num_positives is None) != (num_negatives is None):
             raise ValueError("num_positives and num_negatives are both None (full lists) or both set")
         if num_positives is None and task == "recommendation":

@@ -56,12 +56,12 @@ References (the steps as the papers write them):
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Literal, Optional
 
 import torch
 from torch.optim import Optimizer
 
-from fccolit._checks import check_weight, is_number
+from fccolit._checks import check_choice, check_weight, is_number
 
 __all__ = ["Momentum", "AdaptiveMomentum", "LazyAdam", "SECOND_MOMENT_VARIANTS"]
 
@@ -320,7 +320,7 @@ class AdaptiveMomentum(_CheckedOptimizer):
         momentum_weight: float = 0.1,
         second_moment_weight: float = 0.001,
         eps: float = 1e-8,
-        second_moment: str = "adam",
+        second_moment: Literal["adam", "amsgrad", "adagrad", "adabound"] = "adam",
         bound_low: Optional[float] = None,
         bound_high: Optional[float] = None,
         weight_decay: float = 0.0,
@@ -351,11 +351,7 @@ class AdaptiveMomentum(_CheckedOptimizer):
         if not is_number(eps) or not math.isfinite(eps) or eps <= 0.0:
             raise ValueError(f"Invalid eps: {eps!r} (ADAP's δ; need a finite eps > 0)")
         variant = group["second_moment"]
-        if variant not in SECOND_MOMENT_VARIANTS:
-            raise ValueError(
-                f"Invalid second_moment: {variant!r}. Accepted values (ADAP eq. (13)): "
-                + ", ".join(repr(v) for v in SECOND_MOMENT_VARIANTS)
-            )
+        check_choice("second_moment", variant, SECOND_MOMENT_VARIANTS)  # ADAP eq. (13); a group may be edited
         low, high = group["bound_low"], group["bound_high"]
         if variant == "adabound":
             if low is None or high is None:

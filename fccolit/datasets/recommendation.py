@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from fccolit._checks import check_choice
 from fccolit.datasets.ranking import OTHERS_STREAM, POSITIVES_STREAM, as_tensor, batch_keys, check_ids
 from fccolit.io.csr import (
     compact_ids, csr_indptr, ideal_dcg, pack_left, ragged_rows, rank_from_end, sample_unrated_distinct,
@@ -63,10 +64,8 @@ def build_recommendation_arrays(
         ``_relevance`` (sorted by item); with ``eval_negatives``, ``{val,test}_users [U_s]`` and
         ``{val,test}_negatives [U_s, C]`` (int32, −1 padded); ``info_*`` scalars (duplicates and users dropped).
     """
-    if short_users not in ("partial", "drop", "train"):
-        raise ValueError(f"short_users must be 'partial', 'drop' or 'train', got {short_users!r}")
-    if relevance not in ("graded", "binary"):
-        raise ValueError(f"relevance must be 'graded' or 'binary', got {relevance!r}")
+    check_choice("short_users", short_users, ("partial", "drop", "train"))
+    check_choice("relevance", relevance, ("graded", "binary"))
     if num_test < 0 or num_val < 0:
         raise ValueError(f"num_test and num_val must be >= 0, got {num_test} and {num_val}")
     n = len(ratings)

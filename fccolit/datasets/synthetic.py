@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import torch
 from torch.utils.data import Dataset
@@ -31,7 +33,7 @@ class SyntheticQueryLists(Dataset):
 
     def __init__(
         self,
-        task: str,
+        task: Literal["recommendation", "ltr"],
         rel_offsets: np.ndarray,
         rel_relevance: np.ndarray,
         ideal_dcg: np.ndarray,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Iterator
+from typing import Iterator, Literal
 
 import torch
 
+from fccolit._checks import check_choice
 from fccolit.samplers.base import RankAwareBatchSampler
 
 
@@ -53,18 +54,14 @@ class DualSampler(RankAwareBatchSampler):
         num_positives: int | None = None,
         pos_ratio: float = 0.5,
         num_batches: int | None = None,
-        anchor_sampling: str = "permutation",
+        anchor_sampling: Literal["permutation", "with_replacement"] = "permutation",
         *,
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
         super().__init__(seed=seed, rank=rank, world_size=world_size)
-        if anchor_sampling not in self.ANCHOR_SAMPLING:
-            raise ValueError(
-                f"DualSampler: anchor_sampling must be one of {', '.join(map(repr, self.ANCHOR_SAMPLING))}, "
-                f"got {anchor_sampling!r}"
-            )
+        check_choice("DualSampler: anchor_sampling", anchor_sampling, self.ANCHOR_SAMPLING)
         self.anchor_sampling = anchor_sampling
         labels = torch.as_tensor(labels).reshape(-1)
         self.positives = torch.nonzero(labels == 1).flatten()

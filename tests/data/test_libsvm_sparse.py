@@ -74,7 +74,7 @@ def test_sparse_minmax_needs_zero_minima_and_standard_is_refused(tmp_path):
                          cache_dir=tmp_path / "cache")
     with pytest.raises(ValueError, match="normalize='standard' subtracts each feature's mean"):
         LibSVMDataModule(tmp_path, "neg", layout="sparse", normalize="standard", cache_dir=tmp_path / "cache")
-    with pytest.raises(ValueError, match="layout must be 'auto', 'dense' or 'sparse', got 'csr'"):
+    with pytest.raises(ValueError, match="layout must be one of 'auto', 'dense', 'sparse', got 'csr'"):
         LibSVMDataModule(tmp_path, "neg", layout="csr", cache_dir=tmp_path / "cache")
 
 
