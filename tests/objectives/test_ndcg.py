@@ -6,24 +6,18 @@ import math
 
 import pytest
 import torch
-from builders import float64_batch, whole_list_ltr_data
+from objective_helpers import whole_lists
 
 from fccolit.metrics import FullRankingNDCGScore, NDCGScore
 from fccolit.metrics.functional import full_ranking_ndcg, ndcg_at_k
 from fccolit.models.ltr import ContextAwareRanker, ListMLP
 from fccolit.models.neumf import NeuMF
-from fccolit.objectives.listwise import SOLCListwiseCELoss
 from fccolit.objectives.ndcg import NDCGSurrogate, TopKNDCGSurrogate
 
 
 @pytest.fixture(scope="module")
 def ltr():
-    """Every training query of a small generated LTR set with its whole list (inner values are exact)."""
-    dm = whole_list_ltr_data()
-    batch = float64_batch(dm.full_batch())
-    g = torch.Generator().manual_seed(0)
-    scores = torch.randn(batch["pair_index"].shape, generator=g, dtype=torch.float64)
-    return batch, scores
+    return whole_lists()
 
 
 def brute_force_F(scores, batch, f_of, normalization):
@@ -248,31 +242,6 @@ def test_topk_exact_value_uses_ideal_dcg_at_k_and_the_selector(ltr):
 
     expected = brute_force_F(scores, batch, term, "per_query")
     assert float(obj.exact_value(scores, batch)) == pytest.approx(float(expected), rel=1e-12)
-
-
-# ------------------------------------------------------------------------------------------------ SOLC objective
-@pytest.mark.parametrize("list_size_weight", [True, False])
-def test_solc_objective_is_the_listwise_cross_entropy_of_app_b(ltr, list_size_weight):
-    batch, scores = ltr
-    obj = SOLCListwiseCELoss(list_size_weight=list_size_weight)
-    expected = 0.0
-    for b in range(scores.shape[0]):
-        real = batch["mask"][b]
-        log_softmax = scores[b] - torch.logsumexp(scores[b][real], 0)
-        ce = -(log_softmax[batch["pair_index"][b] >= 0]).sum()
-        expected += ce / (real.sum() if list_size_weight else 1.0)
-    expected /= scores.shape[0]
-    assert float(obj.exact_value(scores, batch)) == pytest.approx(float(expected), rel=1e-12)
-
-
-@pytest.mark.parametrize("estimator", ["list_mean", "stratified"])
-def test_solc_log_inner_is_the_log_of_the_inner_value(ltr, estimator):
-    batch, scores = ltr
-    obj = SOLCListwiseCELoss(inner_estimator=estimator)
-    assert torch.allclose(obj.log_inner(scores, batch).value, torch.log(obj.inner(scores, batch).value), rtol=1e-12)
-    huge = scores * 200.0  # exp of the score gaps overflows; the log-domain value does not
-    assert bool(torch.isfinite(obj.log_inner(huge, batch).value).all())
-    assert not bool(torch.isfinite(obj.inner(huge, batch).value).all())
 
 
 # ------------------------------------------------------------------------------------------------ models
