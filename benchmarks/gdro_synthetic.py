@@ -122,7 +122,7 @@ def run(method: str, lr: float, seed: int, epochs: int) -> dict:
     common = dict(data_sizes=data.sizes, metrics=[], scheduler_interval="epoch",
                   scheduler=lambda opt: torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones, gamma=0.3))
     if method.startswith("SONEX"):
-        module = SONEX(LinearScorer(), objective, lam=0.01, ema_weight=0.5, correction_weight=0.1,
+        module = SONEX(LinearScorer(), objective, smoothing=0.01, ema_weight=0.5, correction_weight=0.1,
                        optimizer=lambda p: Momentum(p, lr=lr, momentum_weight=0.1), **common)
     else:
         module = SONX(LinearScorer(), objective, ema_weight=0.5, correction_weight=0.1,

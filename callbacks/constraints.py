@@ -65,9 +65,9 @@ def constraint_values(
 def kkt_multipliers(pl_module: LightningModule, means: torch.Tensor) -> torch.Tensor:
     """``ν_i = (1/m) ∇f_λ(g_i(w))`` at the exact (full-data) inner values ``means [m, d']`` of the evaluated
     parameters w: the multipliers of Chen et al. (NeurIPS 2025), Prop. 5.2 (its proof, eq. (33):
-    ``ν_i = (1/(λm)) min{[h_i]_+, λρ}`` for the smoothed hinge), with ŵ taken as w. λ is the module's ``lam`` (0 when
+    ``ν_i = (1/(λm)) min{[h_i]_+, λρ}`` for the smoothed hinge), with ŵ taken as w. λ is the module's ``smoothing`` (0 when
     it has none: then ``∂p(h_i)/m``, the exact penalty's slope)."""
-    return _objective(pl_module).multipliers(means, float(getattr(pl_module, "lam", 0.0) or 0.0))
+    return _objective(pl_module).multipliers(means, float(getattr(pl_module, "smoothing", 0.0) or 0.0))
 
 
 class ConstraintStatistics(torchmetrics.Metric):
@@ -149,7 +149,7 @@ class ConstraintViolationLogger(Callback):
         {stage}/num_violated       #{i : h_i > 0}
         {stage}/kkt_multiplier_<i> ν_i = (1/m) ∇f_λ(g_i(w)) at the stage's full-data inner values of the evaluated
                                    parameters w: the multipliers of Chen et al.'s Prop. 5.2 with ŵ = w (λ: the
-                                   module's ``lam``; for λ = 0 the exact penalty's slope ∂p(h_i)/m)
+                                   module's ``smoothing``; for λ = 0 the exact penalty's slope ∂p(h_i)/m)
         {stage}/penalty_weight_<i> (1/m) ∂p_λ(h_i(u_i)) from the algorithm's *tracked* inner values u_i (the
                                    duals y_i = ∇f_λ(u_i) it used last, scaled by 1/m): what the estimator weighs
                                    constraint i with, not a KKT multiplier (u_i averages mini-batch estimates at

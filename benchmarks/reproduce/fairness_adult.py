@@ -117,7 +117,7 @@ def make_module(spec: dict, sizes: dict, epochs: int):
     else:  # plain SGD
         optimizer = lambda p: Momentum(p, lr=spec["lr"], momentum_weight=1.0)  # noqa: E731
     if method == "alexr2":
-        return ALEXR2(model, objective, lam=spec["lam"], nu=spec["nu"], inner_lr=spec["eta"], inner_steps=spec["K"],
+        return ALEXR2(model, objective, smoothing=spec["lam"], envelope_smoothing=spec["nu"], inner_lr=spec["eta"], inner_steps=spec["K"],
                       ema_weight=0.8, extrapolation=0.125, optimizer=optimizer, **common)
     if method == "sonx":
         return SONX(model, objective, ema_weight=0.8, correction_weight=0.1, optimizer=optimizer, **common)

@@ -196,7 +196,7 @@ def run(setting: Setting, seed: int) -> dict:
                   scheduler=lambda opt: torch.optim.lr_scheduler.MultiStepLR(opt, milestones(setting.epochs), 0.3))
     lr = setting.lr
     if setting.method == "sonex":
-        module = SONEX(LinearScorer(), objective, lam=setting.lam, ema_weight=setting.gamma,
+        module = SONEX(LinearScorer(), objective, smoothing=setting.lam, ema_weight=setting.gamma,
                        correction_weight=setting.gamma_prime,
                        optimizer=lambda p: Momentum(p, lr=lr, momentum_weight=0.1), **common)
     elif setting.method == "sonx":

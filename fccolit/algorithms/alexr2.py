@@ -51,9 +51,9 @@ class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
     inner and outer steps. Every batch is one inner step; every ``inner_steps``-th batch also takes the outer step.
 
     Args:
-        lam: λ > 0 (or 0 for a smooth outer), the outer smoothing; ``f̄ = f_λ``, ``y = ∇f_λ(u)``. Default 2e-3:
+        smoothing: λ > 0 (or 0 for a smooth outer), the outer smoothing; ``f̄ = f_λ``, ``y = ∇f_λ(u)``. Default 2e-3:
             the middle of the ROC-fairness grid {2e-2, 2e-3, 2e-4} (an assumption).
-        nu: ν, the outer Moreau parameter, ``ν < 1/ρ_{F_λ}`` (default 0.1, grid {0.1, 0.01}).
+        envelope_smoothing: ν, the outer Moreau parameter (the smoothing of the envelope F_{λ,ν}), ``ν < 1/ρ_{F_λ}`` (default 0.1, grid {0.1, 0.01}).
         inner_lr: η, the inner primal step (default 0.1, an assumption inside the grid {1e-3, 1e-2, 0.1, 1}).
         inner_steps: K, inner steps per outer step (default 5, grid {5, 10}).
         ema_weight: the weight of the new estimate in u's moving average, as in every algorithm: here γ̂ = γ/(1 + γ)
@@ -75,7 +75,7 @@ class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
         model, objective: see :class:`~fccolit.algorithms.sonex.NonsmoothFCCOModule`.
 
     Raises:
-        ValueError: ``nu`` (ν) ≤ 0; ``inner_lr`` (η) ≤ 0; ``inner_steps`` (K) < 1; ``ema_weight`` (γ̂) outside
+        ValueError: ``envelope_smoothing`` (ν) ≤ 0; ``inner_lr`` (η) ≤ 0; ``inner_steps`` (K) < 1; ``ema_weight`` (γ̂) outside
             (0, 1]; ``extrapolation`` (θ) < 0; ``eval_params`` not ``"anchor"`` / ``"inner"``; and
             :class:`~fccolit.algorithms.sonex.NonsmoothFCCOModule`'s; in a step with ``independent_batches``, a
             per-device batch of odd size; from ``configure_optimizers``, a model without trainable parameters.
@@ -116,8 +116,8 @@ class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
         self,
         model: nn.Module,
         objective: FCCOObjective,
-        lam: float = 2e-3,
-        nu: float = 0.1,
+        smoothing: float = 2e-3,
+        envelope_smoothing: float = 0.1,
         inner_lr: float = 0.1,
         inner_steps: int = 5,
         ema_weight: float = 0.8,
@@ -129,8 +129,8 @@ class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
         outer_normalization: Literal["present", "fixed"] = "present",
         **kwargs,
     ) -> None:
-        if not float(nu) > 0.0:
-            raise ValueError(f"the Moreau parameter ν (nu) must be > 0, got {nu}")
+        if not float(envelope_smoothing) > 0.0:
+            raise ValueError(f"the Moreau parameter ν (envelope_smoothing) must be > 0, got {envelope_smoothing}")
         if not float(inner_lr) > 0.0:
             raise ValueError(f"the inner step size η (inner_lr) must be > 0, got {inner_lr}")
         if int(inner_steps) < 1:
@@ -141,12 +141,12 @@ class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
             raise ValueError(f"extrapolation (θ) must be >= 0, got {extrapolation}")
         if eval_params not in ("anchor", "inner"):
             raise ValueError(f"eval_params must be 'anchor' or 'inner', got {eval_params!r}")
-        self.nu, self.inner_lr, self.inner_steps = float(nu), float(inner_lr), int(inner_steps)
+        self.envelope_smoothing, self.inner_lr, self.inner_steps = float(envelope_smoothing), float(inner_lr), int(inner_steps)
         self.ema_weight, self.extrapolation = float(ema_weight), float(extrapolation)
         self.independent_batches, self.eval_params = bool(independent_batches), eval_params
         self.init_loop()
         super().__init__(
-            model, objective, lam=lam, constraints_per_step=constraints_per_step, sample_seed=sample_seed,
+            model, objective, smoothing=smoothing, constraints_per_step=constraints_per_step, sample_seed=sample_seed,
             outer_normalization=outer_normalization, **kwargs
         )
 
@@ -161,7 +161,7 @@ class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
         self.inner_previous = self.snapshot()  # z_{k−1}
 
     def configure_optimizers(self) -> Any:
-        inner = self.proximal_step(self.inner_lr, self.nu)  # the z step, towards the anchor w_t
+        inner = self.proximal_step(self.inner_lr, self.envelope_smoothing)  # the z step, towards the anchor w_t
         params = self.loop_parameters()
         outer = self.optimizer_factory(params) if self.optimizer_factory else self.default_optimizer(params)
         if self.scheduler_factory is None:
@@ -246,7 +246,7 @@ class ALEXR2(DoubleLoop, NonsmoothFCCOModule):
         """``G_t = (w_t − z_K)/ν`` into ``.grad``, the parameters back to ``w_t``, the optimizer's step, new anchor
         ``w_{t+1}`` (and ``z_0 = z_{−1} = w_{t+1}``)."""
         for p, w in zip(params, self.anchor.tensors(), strict=True):
-            p.grad = (w - p) / self.nu
+            p.grad = (w - p) / self.envelope_smoothing
         self.check_finite_step(optimizer)  # before the parameters go back to w_t: a failed step changes nothing
         for p, w in zip(params, self.anchor.tensors(), strict=True):
             p.copy_(w)

@@ -85,8 +85,8 @@ class NonsmoothFCCOModule(FCCOModule):
     Args:
         model: the backbone (scores ``[B]``; with the objective's parameters, e.g. the CVaR threshold, the
             variables w).
-        objective: the FCCO problem; a :class:`~fccolit.objectives.nonsmooth.CompositeObjective` for ``lam`` > 0.
-        lam: λ ≥ 0, the outer smoothing: the algorithm uses ``∇f_λ`` (Moreau envelope, needs a
+        objective: the FCCO problem; a :class:`~fccolit.objectives.nonsmooth.CompositeObjective` for ``smoothing`` > 0.
+        smoothing: λ ≥ 0, the outer smoothing: the algorithm uses ``∇f_λ`` (Moreau envelope, needs a
             :class:`~fccolit.objectives.nonsmooth.CompositeObjective`); 0 uses ``∇f`` itself (a subgradient for
             a non-smooth f: SONX).
         constraints_per_step: B1 < m samples that many of the outer indices present in a batch each step (the
@@ -107,9 +107,9 @@ class NonsmoothFCCOModule(FCCOModule):
         **kwargs: :class:`~fccolit.algorithms.base.FCCOModule`'s arguments.
 
     Raises:
-        ValueError: ``outer_normalization`` not ``"present"`` / ``"fixed"``; ``lam`` < 0; ``constraints_per_step``
+        ValueError: ``outer_normalization`` not ``"present"`` / ``"fixed"``; ``smoothing`` < 0; ``constraints_per_step``
             < 1; and :class:`~fccolit.algorithms.base.FCCOModule`'s.
-        TypeError: ``lam`` > 0 with an objective that is not a ``CompositeObjective`` (no prox); in a step with a
+        TypeError: ``smoothing`` > 0 with an objective that is not a ``CompositeObjective`` (no prox); in a step with a
             previous iterate, an objective with parameters but no ``forward``.
         RuntimeError: in a step, the objective's ``inner`` returns other outer indices at the previous parameters.
 
@@ -125,10 +125,10 @@ class NonsmoothFCCOModule(FCCOModule):
         ...                              data_sizes=sizes)
         >>> module.reduce_rows(torch.ones(2))  # two groups present, three due every step: (1/m) Σ_i
         tensor(0.6667)
-        >>> NonsmoothFCCOModule(LinearScorer(), GroupDROCVaRLoss(), lam=-1.0)
+        >>> NonsmoothFCCOModule(LinearScorer(), GroupDROCVaRLoss(), smoothing=-1.0)
         Traceback (most recent call last):
         ...
-        ValueError: the smoothing parameter λ (lam) must be >= 0, got -1.0
+        ValueError: the smoothing parameter λ (smoothing) must be >= 0, got -1.0
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
@@ -138,7 +138,7 @@ class NonsmoothFCCOModule(FCCOModule):
         self,
         model: nn.Module,
         objective: FCCOObjective,
-        lam: float = 0.0,
+        smoothing: float = 0.0,
         constraints_per_step: int | None = None,
         sample_seed: int = 0,
         outer_normalization: Literal["present", "fixed"] = "present",
@@ -148,17 +148,17 @@ class NonsmoothFCCOModule(FCCOModule):
             raise ValueError(
                 f"outer_normalization must be one of {', '.join(OUTER_NORMALIZATIONS)}, got {outer_normalization!r}"
             )
-        if not float(lam) >= 0.0:
-            raise ValueError(f"the smoothing parameter λ (lam) must be >= 0, got {lam}")
-        if float(lam) > 0.0 and not isinstance(objective, CompositeObjective):
+        if not float(smoothing) >= 0.0:
+            raise ValueError(f"the smoothing parameter λ (smoothing) must be >= 0, got {smoothing}")
+        if float(smoothing) > 0.0 and not isinstance(objective, CompositeObjective):
             raise TypeError(
-                f"{type(self).__name__}(lam={lam}) smooths the outer function with its Moreau envelope, which needs "
+                f"{type(self).__name__}(smoothing={smoothing}) smooths the outer function with its Moreau envelope, which needs "
                 f"its prox: use a CompositeObjective (fccolit.objectives.nonsmooth), not {type(objective).__name__}; "
-                "or pass lam=0 for the plain (sub)gradient"
+                "or pass smoothing=0 for the plain (sub)gradient"
             )
         if constraints_per_step is not None and int(constraints_per_step) < 1:
             raise ValueError(f"constraints_per_step must be >= 1 or None, got {constraints_per_step}")
-        self.lam = float(lam)
+        self.smoothing = float(smoothing)
         self.constraints_per_step = None if constraints_per_step is None else int(constraints_per_step)
         self.sample_seed = int(sample_seed)
         self.outer_normalization = outer_normalization
@@ -257,8 +257,8 @@ class NonsmoothFCCOModule(FCCOModule):
 
     def outer_weight(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
         """``∇f_λ(u)`` (λ > 0) or ``∇f(u)`` (λ = 0), detached: the weight of ``ĝ_i`` in the surrogate loss."""
-        if self.lam > 0.0:
-            weight = self.objective.smoothed_outer_grad(u, self.lam, context)
+        if self.smoothing > 0.0:
+            weight = self.objective.smoothed_outer_grad(u, self.smoothing, context)
         else:
             weight = self.objective.outer_grad(u, context)
         return weight.detach()
@@ -306,7 +306,7 @@ class NonsmoothFCCOModule(FCCOModule):
         estimates. NaN for rows never visited. None without a prox."""
         if not isinstance(self.objective, CompositeObjective):
             return None
-        return self.objective.multipliers(self.state.values(), self.lam)
+        return self.objective.multipliers(self.state.values(), self.smoothing)
 
 
 class SONEX(NonsmoothFCCOModule):
@@ -328,7 +328,7 @@ class SONEX(NonsmoothFCCOModule):
     and optionally ``constraints_per_step`` < m.
 
     Args:
-        lam: λ, outer smoothing (default 0.01: an assumption; the GDRO grid was {1, 0.1, 0.01}, the ROC-fairness
+        smoothing: λ, the outer smoothing (default 0.01: an assumption; the GDRO grid was {1, 0.1, 0.01}, the ROC-fairness
             grid {2e-2, 2e-3, 2e-4}; the theory takes λ = ε/C_f, and λ = ε/ρ for the smoothed-hinge penalty).
         ema_weight: γ ∈ (0, 1] (default 0.8: the continual-learning run and the ROC-fairness MSVR settings; the
             GDRO grid was {0.1, 0.2, 0.5, 0.8}).
@@ -376,7 +376,7 @@ class SONEX(NonsmoothFCCOModule):
         self,
         model: nn.Module,
         objective: FCCOObjective,
-        lam: float = 0.01,
+        smoothing: float = 0.01,
         ema_weight: float = 0.8,
         correction_weight: float = 0.1,
         u_for_gradient: Literal["fresh", "previous"] = "fresh",
@@ -394,7 +394,7 @@ class SONEX(NonsmoothFCCOModule):
         self.ema_weight, self.correction_weight = float(ema_weight), float(correction_weight)
         self.u_for_gradient = u_for_gradient
         super().__init__(
-            model, objective, lam=lam, constraints_per_step=constraints_per_step, sample_seed=sample_seed,
+            model, objective, smoothing=smoothing, constraints_per_step=constraints_per_step, sample_seed=sample_seed,
             outer_normalization=outer_normalization, **kwargs
         )
 
@@ -447,13 +447,13 @@ class SONX(SONEX):
     MSVR tracking as SONEX, the **un-smoothed** (sub)gradient ``∂f(u_i)`` of the outer function (the hinge
     penalty of Yang et al. 2025, arXiv:2504.15243), and a plain SGD step: the default optimizer is
     ``Momentum(momentum_weight=1)``.
-    ``SONX(...)`` equals ``SONEX(..., lam=0)`` with the same optimizer (a test checks it).
+    ``SONX(...)`` equals ``SONEX(..., smoothing=0)`` with the same optimizer (a test checks it).
 
     Args:
         model, objective: see :class:`NonsmoothFCCOModule`.
         ema_weight: γ ∈ (0, 1] (default 0.8, as :class:`SONEX`).
         correction_weight: γ' ≥ 0, the MSVR correction (default 0.1, as :class:`SONEX`).
-        **kwargs: :class:`SONEX`'s other arguments but ``lam`` (fixed at 0).
+        **kwargs: :class:`SONEX`'s other arguments but ``smoothing`` (fixed at 0).
 
     Raises:
         ValueError, TypeError, RuntimeError: see :class:`SONEX`.
@@ -467,7 +467,7 @@ class SONX(SONEX):
         >>> sizes = {"num_groups": 3, "num_features": 3}
         >>> from fccolit.algorithms import SONX
         >>> module = SONX(LinearScorer(), GroupDROCVaRLoss(ratio=0.5), data_sizes=sizes)
-        >>> module.lam, module.configure_optimizers().param_groups[0]["momentum_weight"]  # no λ, β = 1
+        >>> module.smoothing, module.configure_optimizers().param_groups[0]["momentum_weight"]  # no λ, β = 1
         (0.0, 1.0)
         >>> loss, f_u = module.compositional_loss(module(batch), batch)
         >>> f_u.shape  # f(u_g) of the three groups
@@ -482,7 +482,7 @@ class SONX(SONEX):
         correction_weight: float = 0.1,
         **kwargs,
     ) -> None:
-        super().__init__(model, objective, lam=0.0, ema_weight=ema_weight, correction_weight=correction_weight, **kwargs)
+        super().__init__(model, objective, smoothing=0.0, ema_weight=ema_weight, correction_weight=correction_weight, **kwargs)
 
     def default_optimizer(self, params) -> torch.optim.Optimizer:
         from fccolit.optim import Momentum
@@ -508,7 +508,7 @@ class PenaltySOX(SONEX):
         model, objective: see :class:`NonsmoothFCCOModule`.
         ema_weight: γ ∈ (0, 1] (default 0.1, SOX's).
         u_for_gradient: ``"previous"`` (SOX's Algorithm 1, default) or ``"fresh"``.
-        **kwargs: :class:`SONEX`'s other arguments but ``lam`` and ``correction_weight`` (fixed at 0).
+        **kwargs: :class:`SONEX`'s other arguments but ``smoothing`` and ``correction_weight`` (fixed at 0).
 
     Raises:
         ValueError, TypeError: see :class:`SONEX`.
@@ -534,6 +534,6 @@ class PenaltySOX(SONEX):
         **kwargs,
     ) -> None:
         super().__init__(
-            model, objective, lam=0.0, ema_weight=ema_weight, correction_weight=0.0, u_for_gradient=u_for_gradient,
+            model, objective, smoothing=0.0, ema_weight=ema_weight, correction_weight=0.0, u_for_gradient=u_for_gradient,
             **kwargs,
         )

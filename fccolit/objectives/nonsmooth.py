@@ -19,7 +19,7 @@ class                      f                                 used for
 :class:`GapPenalty`        ``p(|g_1 − g_2| − κ)`` on R²      ROC-fairness constraints (App. F.2)
 =========================  ================================  ==============================================
 
-The smoothing parameter λ belongs to the algorithm (``SONEX(lam=...)``, ``ALEXR2(lam=...)``): the objective says
+The smoothing parameter λ belongs to the algorithm (``SONEX(smoothing=...)``, ``ALEXR2(smoothing=...)``): the objective says
 what ``f`` is, the algorithm smooths it. ``lam = 0`` means "no smoothing" (the value and a subgradient of ``f``
 itself: SONX). The Huber form is also offered as a penalty in its own right (``penalty="smoothed_hinge"``), so that
 an algorithm for smooth problems can be run on ``Φ_λ``; for a scalar constraint SONEX(λ) on the hinge and SONEX(0)
@@ -388,7 +388,7 @@ def make_penalty(name: PenaltyName, rho: float, smoothing: float | None = None) 
     if smoothing is not None:
         raise ValueError(
             f"smoothing={smoothing} only applies to penalty='smoothed_hinge'; to smooth a '{name}' penalty give λ to "
-            "the algorithm instead (SONEX(lam=...), ALEXR2(lam=...))"
+            "the algorithm instead (SONEX(smoothing=...), ALEXR2(smoothing=...))"
         )
     return Hinge(rho) if name == "hinge" else SquaredHinge(rho)
 

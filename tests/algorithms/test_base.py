@@ -79,10 +79,10 @@ CASES: dict[str, tuple] = {
     "ADAP": (ADAP, binary_problem, LinearScorer, lambda: AveragePrecisionSurrogate(project=True), {}),
     "SONG": (SONG, ranking_problem, lambda: ListMLP(hidden=[4]), NDCGSurrogate, {}),
     "SOLC": (SOLC, ranking_problem, lambda: ListMLP(hidden=[4]), SOLCListwiseCELoss, {}),
-    "SONEX": (SONEX, fairness_problem, lambda: MLP(hidden=[6]), fairness, {"lam": 0.0}),
+    "SONEX": (SONEX, fairness_problem, lambda: MLP(hidden=[6]), fairness, {"smoothing": 0.0}),
     "SONX": (SONX, fairness_problem, lambda: MLP(hidden=[6]), fairness, {}),
     "PenaltySOX": (PenaltySOX, fairness_problem, lambda: MLP(hidden=[6]), fairness, {}),
-    "ALEXR2": (ALEXR2, fairness_problem, lambda: MLP(hidden=[6]), fairness, {"lam": 0.0, "independent_batches": False}),
+    "ALEXR2": (ALEXR2, fairness_problem, lambda: MLP(hidden=[6]), fairness, {"smoothing": 0.0, "independent_batches": False}),
 }
 
 

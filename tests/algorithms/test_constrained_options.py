@@ -157,7 +157,7 @@ def test_logger_names_the_tracked_weights_and_logs_the_kkt_multipliers(adult_fil
     data = FairnessDataModule(adult_files, "adult", batch_size=32, stratify_by_cell=True, paired=True)
     torch.manual_seed(0)
     lam = 2e-3
-    module = ALEXR2(MLP(hidden=[8]), ROCFairnessAUCObjective(rho=10.0), data_sizes=data.sizes, lam=lam, inner_lr=1e-2,
+    module = ALEXR2(MLP(hidden=[8]), ROCFairnessAUCObjective(rho=10.0), data_sizes=data.sizes, smoothing=lam, inner_lr=1e-2,
                     inner_steps=3, outer_normalization="fixed")
     logger_cb = ConstraintViolationLogger(stages=("train", "val"))
     quiet = ConstraintViolationLogger(stages=("val",), legacy_multiplier_tags=False, log_kkt_multipliers=False)

@@ -151,7 +151,7 @@ def test_at_the_start_every_constraint_is_exactly_on_its_bound(clip_dir, bdd_roo
     root, _ = bdd_root
     dm = datamodule(root, tmp_path)
     dm.setup("fit")
-    module = SONEX(tiny_clip(clip_dir), ContinualLearningObjective(target=FOGGY), data_sizes=dm.sizes, lam=0.001,
+    module = SONEX(tiny_clip(clip_dir), ContinualLearningObjective(target=FOGGY), data_sizes=dm.sizes, smoothing=0.001,
                    state_dtype="float64").double()
     assert module.state.num_rows == 5
     # on the full training data, through the violation logger's reduction: h_k(w_0) = 0 exactly
@@ -197,7 +197,7 @@ def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
     gamma, gamma_prime = 0.8, 0.1
     sizes = {"num_samples": 20, "num_classes": 6, "num_outputs": 6, "num_class_5": 4}  # n = 16 contrast samples
     torch.manual_seed(0)
-    module = SONEX(tiny_clip(clip_dir), ContinualLearningObjective(target=FOGGY), data_sizes=sizes, lam=0.001,
+    module = SONEX(tiny_clip(clip_dir), ContinualLearningObjective(target=FOGGY), data_sizes=sizes, smoothing=0.001,
                    ema_weight=gamma, correction_weight=gamma_prime, state_dtype="float64").double()
     objective = module.objective
     assert module.direct_state.num_rows == 20 and module.direct_state.dim == 2
@@ -250,7 +250,7 @@ def test_sonex_tracks_the_contrastive_inner_means_with_msvr(clip_dir):
     assert module.direct_state.lower.tolist() == [0.0, 0.0] and module.direct_state.has_bounds
 
     # exact state (γ = 1, γ' = 0): the step is the gradient of the plug-in objective, direct() + constraints
-    exact = SONEX(copy.deepcopy(module.model), ContinualLearningObjective(target=FOGGY), data_sizes=sizes, lam=0.001,
+    exact = SONEX(copy.deepcopy(module.model), ContinualLearningObjective(target=FOGGY), data_sizes=sizes, smoothing=0.001,
                   ema_weight=1.0, correction_weight=0.0, state_dtype="float64").double()
     scores = exact(b2)
     loss, _ = exact.compositional_loss(scores, b2)
@@ -270,7 +270,7 @@ def test_old_model_gets_no_gradient_and_stays_frozen_through_steps_and_a_resume(
     root, _ = bdd_root
 
     def build(model):
-        return SONEX(model, ContinualLearningObjective(target=FOGGY), data_sizes=datamodule(root, tmp_path).sizes, lam=0.001,
+        return SONEX(model, ContinualLearningObjective(target=FOGGY), data_sizes=datamodule(root, tmp_path).sizes, smoothing=0.001,
                      optimizer=lambda p: AdaptiveMomentum(p, lr=1e-3, bias_correction=True))
 
     torch.manual_seed(1)
@@ -346,7 +346,7 @@ def test_config_runs_end_to_end_through_the_cli_and_logs_every_constraint(bdd_ro
     objective = module.objective
     assert isinstance(objective, ContinualLearningObjective) and objective.temperature == TAU and objective.target == FOGGY
     assert objective.protected == [0, 1, 2, 3, 4] and module.state.num_rows == 5 and module.state.visited().all()
-    assert (module.lam, module.ema_weight, module.correction_weight) == (0.001, 0.8, 0.1)
+    assert (module.smoothing, module.ema_weight, module.correction_weight) == (0.001, 0.8, 0.1)
     assert result.trainer.global_step == 2
     events = EventAccumulator(str(next((tmp_path / "logs").rglob("events.out.tfevents*")).parent))
     events.Reload()

@@ -330,7 +330,7 @@ def _sonex(lr: float):
 
     data = SyntheticGroupedDataModule(num_groups=8, max_group_size=60, imbalance=3.0, num_features=5,
                                       groups_per_batch=4, samples_per_group=6, seed=0, eval_batch_size=64)
-    return SONEX(MLP(hidden=[8]), GroupDROCVaRLoss(ratio=0.25), lam=0.05, ema_weight=0.6, correction_weight=0.2,
+    return SONEX(MLP(hidden=[8]), GroupDROCVaRLoss(ratio=0.25), smoothing=0.05, ema_weight=0.6, correction_weight=0.2,
                  optimizer=lambda p: torch.optim.SGD(p, lr=lr), data_sizes=data.sizes, metrics=["auroc"]), data
 
 
@@ -342,7 +342,7 @@ def _alexr2(lr: float, root: Path):
 
     write_adult_files(root, 300, 120, seed=1)
     data = FairnessDataModule(root, "adult", batch_size=32, eval_batch_size=64, seed=0, cache_dir=root / "cache")
-    return ALEXR2(MLP(hidden=[8]), ROCFairnessAUCObjective(rho=5.0, kappa=0.001), lam=0.01, nu=0.2, inner_lr=lr,
+    return ALEXR2(MLP(hidden=[8]), ROCFairnessAUCObjective(rho=5.0, kappa=0.001), smoothing=0.01, envelope_smoothing=0.2, inner_lr=lr,
                   inner_steps=3, constraints_per_step=10, sample_seed=3, optimizer=lambda p: torch.optim.SGD(p, lr=lr),
                   data_sizes=data.sizes, metrics=["auroc"]), data
 

@@ -202,7 +202,7 @@ def test_sonex_estimator_equals_autograd_gradient_of_F_lambda(case):
     """γ = 1, γ' = 0, full batch (full participation, exact inner values): G = ∇F_λ(w) exactly (float64)."""
     batch = gdro_batch() if case.startswith("gdro") else fairness_batch()
     model, objective, lam = CASES[case](batch)
-    module = build(SONEX, model, objective, batch, lam=lam, ema_weight=1.0, correction_weight=0.0)
+    module = build(SONEX, model, objective, batch, smoothing=lam, ema_weight=1.0, correction_weight=0.0)
     true_grad = flat_grad(module, module.objective.exact_value(module(batch), batch, lam=lam))
     for _ in range(2):  # first visit, then an update at the same weights
         loss, estimate = module.compositional_loss(module(batch), batch)
@@ -225,7 +225,7 @@ def test_msvr_with_gamma_prime_one_minus_gamma_tracks_g_exactly():
     """Full participation, deterministic g: u_{t+1} = (1−γ)g(w_{t−1}) + γg(w_t) + (1−γ)(g(w_t) − g(w_{t−1})) = g(w_t)."""
     batch = fairness_batch()
     for gamma, prime, exact in [(0.3, 0.7, True), (0.3, 0.0, False)]:
-        module = build(SONEX, MLP(hidden=[6]), ROCFairnessAUCObjective(rho=5.0), batch, seed=1, lam=0.01,
+        module = build(SONEX, MLP(hidden=[6]), ROCFairnessAUCObjective(rho=5.0), batch, seed=1, smoothing=0.01,
                        ema_weight=gamma, correction_weight=prime)
         params = [p for _, p in module.trainable()]
         errors, inner_values = [], []
@@ -249,7 +249,7 @@ def test_msvr_with_gamma_prime_one_minus_gamma_tracks_g_exactly():
 def test_msvr_update_uses_the_same_batch_at_the_previous_parameters():
     batch = fairness_batch(seed=3)
     gamma, prime = 0.5, 0.2
-    module = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch, lam=0.01, ema_weight=gamma, correction_weight=prime)
+    module = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch, smoothing=0.01, ema_weight=gamma, correction_weight=prime)
     params = [p for _, p in module.trainable()]
     module.compositional_loss(module(batch), batch)  # first visit at w_0
     w0 = [p.detach().clone() for p in params]
@@ -269,7 +269,7 @@ def test_msvr_update_uses_the_same_batch_at_the_previous_parameters():
 
 def test_constraint_sampling_leaves_the_other_rows_bit_identical():
     batch = fairness_batch()
-    module = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch, lam=0.01, constraints_per_step=4, sample_seed=7)
+    module = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch, smoothing=0.01, constraints_per_step=4, sample_seed=7)
     seen = []
     for _ in range(5):
         before = module.state.value.clone()
@@ -281,7 +281,7 @@ def test_constraint_sampling_leaves_the_other_rows_bit_identical():
         assert int(changed.sum()) == 4
         seen.append(changed.nonzero().flatten().tolist())
     assert len({tuple(s) for s in seen}) > 1  # different constraints at different steps
-    again = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch, lam=0.01, constraints_per_step=4, sample_seed=7)
+    again = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch, smoothing=0.01, constraints_per_step=4, sample_seed=7)
     before = again.state.value.clone()
     again.compositional_loss(again(batch), batch)
     assert (~(before.nan_to_num(1.0) == again.state.value.nan_to_num(1.0)).all(-1)).nonzero().flatten().tolist() == seen[0]
@@ -296,7 +296,7 @@ def test_theoretical_correction_weight():
 def test_sonx_is_sonex_without_smoothing():
     batch = fairness_batch()
     a = build(SONX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch)
-    b = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch, lam=0.0)
+    b = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(rho=5.0), batch, smoothing=0.0)
     for _ in range(3):
         ga = flat_grad(a, a.compositional_loss(a(batch), batch)[0])
         gb = flat_grad(b, b.compositional_loss(b(batch), batch)[0])
@@ -324,8 +324,8 @@ def test_smoothing_in_the_algorithm_equals_the_smoothed_hinge_penalty():
     g-space envelope with λ is the h-space one with 2λ."""
     batch = fairness_batch()
     lam = 0.003
-    a = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(kappa=0.0, rho=6.0), batch, lam=lam)
-    b = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(kappa=0.0, rho=6.0, penalty="smoothed_hinge", smoothing=2 * lam), batch, lam=0.0)
+    a = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(kappa=0.0, rho=6.0), batch, smoothing=lam)
+    b = build(SONEX, MLP(hidden=[5]), ROCFairnessAUCObjective(kappa=0.0, rho=6.0, penalty="smoothed_hinge", smoothing=2 * lam), batch, smoothing=0.0)
     for _ in range(3):
         ga = flat_grad(a, a.compositional_loss(a(batch), batch)[0])
         gb = flat_grad(b, b.compositional_loss(b(batch), batch)[0])
@@ -386,7 +386,7 @@ def toy_module(cls, penalty, rho, **kw):
 def test_toy_problem_violations_match_the_closed_forms():
     lam, rho = 0.1, 5.0
     # smoothed hinge (SONEX, λ): w_1 = λ/(1 + λ), the violation ≈ λ = ε/ρ (and ≤ λρ)
-    smoothed = run_toy(toy_module(SONEX, "hinge", rho, ema_weight=1.0, correction_weight=0.0, lam=lam), 600, 0.08)
+    smoothed = run_toy(toy_module(SONEX, "hinge", rho, ema_weight=1.0, correction_weight=0.0, smoothing=lam), 600, 0.08)
     assert float(smoothed[-1, 0]) == pytest.approx(lam / (1 + lam), abs=1e-12)
     assert float(smoothed[-1, 1]) == pytest.approx(0.0, abs=1e-12)
     # squared hinge (SOX): w_1 = 1/(1 + 2ρ), inexact: the violation only decays like 1/ρ
@@ -401,13 +401,13 @@ def test_toy_problem_violations_match_the_closed_forms():
     assert float(tail.mean().abs()) <= eta * rho / 2
     assert abs(float(hinge[-1, 1])) < 1e-8  # 0.5 · (1 − η)^1000
     # a penalty below the exact-penalty threshold (ρ < ν* = 1) stays infeasible: w_1 = 1 − ρ
-    weak = run_toy(toy_module(SONEX, "hinge", 0.4, ema_weight=1.0, correction_weight=0.0, lam=1e-3), 100, 0.5)
+    weak = run_toy(toy_module(SONEX, "hinge", 0.4, ema_weight=1.0, correction_weight=0.0, smoothing=1e-3), 100, 0.5)
     assert float(weak[-1, 0]) == pytest.approx(0.6, abs=1e-9)
 
 
 def test_multipliers_estimate_the_kkt_multiplier():
     lam, rho = 0.01, 5.0
-    module = toy_module(SONEX, "hinge", rho, ema_weight=1.0, correction_weight=0.0, lam=lam)
+    module = toy_module(SONEX, "hinge", rho, ema_weight=1.0, correction_weight=0.0, smoothing=lam)
     run_toy(module, 1500, 0.019)
     # ν = (1/m) ∇f_λ(g(w_λ)) = w_1/λ = 1/(1+λ) → ν* = 1
     assert float(module.penalty_weights()[0]) == pytest.approx(1 / (1 + lam), abs=1e-9)
@@ -482,11 +482,11 @@ def test_alexr2_dual_step_equals_the_bregman_argmax(case):
     if case == "gdro":
         batch = gdro_batch()
         module = build(ALEXR2, LinearScorer(), GroupDROCVaRLoss(ratio=0.5, init_threshold=median_group_loss(batch)), batch,
-                       lam=lam, ema_weight=gamma_hat, extrapolation=theta, independent_batches=False)
+                       smoothing=lam, ema_weight=gamma_hat, extrapolation=theta, independent_batches=False)
     else:
         batch = fairness_batch()
         module = build(ALEXR2, MLP(hidden=[5]), ROCFairnessAUCObjective(kappa=0.02, rho=3.0), batch,
-                       lam=lam, ema_weight=gamma_hat, extrapolation=theta, independent_batches=False)
+                       smoothing=lam, ema_weight=gamma_hat, extrapolation=theta, independent_batches=False)
     params = [p for _, p in module.trainable()]
     module.anchor.copy_from(params)
     with torch.no_grad():  # z_{k−1}: a different point, so the extrapolation term is not zero
@@ -558,7 +558,7 @@ def test_alexr2_inner_loop_converges_to_the_prox_point_of_a_reference_solver():
     batch = gdro_batch(n_groups=5, per_group=16, d=3, seed=2)
     lam, nu = 0.05, 0.5
     module = build(ALEXR2, LinearScorer(), GroupDROCVaRLoss(ratio=0.4, init_threshold=median_group_loss(batch)), batch,
-                   lam=lam, nu=nu, inner_lr=0.2, inner_steps=10**6, ema_weight=0.8, extrapolation=0.125,
+                   smoothing=lam, envelope_smoothing=nu, inner_lr=0.2, inner_steps=10**6, ema_weight=0.8, extrapolation=0.125,
                    independent_batches=False)
     w = [p.detach().clone() for _, p in module.trainable()]
     prox = prox_point(module, batch, w, lam, nu)
@@ -583,7 +583,7 @@ class RecordingALEXR2(ALEXR2):
 def test_alexr2_outer_step_is_momentum_on_w_minus_z_over_nu_without_beta():
     batch = gdro_batch(seed=4)
     alpha, beta, nu, K = 0.3, 0.25, 0.2, 3
-    module = build(RecordingALEXR2, LinearScorer(), GroupDROCVaRLoss(ratio=0.5), batch, lam=0.05, nu=nu, inner_steps=K,
+    module = build(RecordingALEXR2, LinearScorer(), GroupDROCVaRLoss(ratio=0.5), batch, smoothing=0.05, envelope_smoothing=nu, inner_steps=K,
                    independent_batches=False, optimizer=lambda p: Momentum(p, lr=alpha, momentum_weight=beta))
     trainer = fit(module, batch, K)
     assert trainer.global_step == K  # one counted step per batch (inner step)
@@ -599,7 +599,7 @@ def test_alexr2_outer_step_is_momentum_on_w_minus_z_over_nu_without_beta():
 
 def test_alexr2_evaluates_the_anchor_mid_loop():
     batch = gdro_batch(seed=5)
-    module = build(ALEXR2, LinearScorer(), GroupDROCVaRLoss(ratio=0.5), batch, lam=0.05, inner_steps=5, independent_batches=False)
+    module = build(ALEXR2, LinearScorer(), GroupDROCVaRLoss(ratio=0.5), batch, smoothing=0.05, inner_steps=5, independent_batches=False)
     fit(module, batch, 7)  # 1 outer step and 2 inner steps of the next loop
     assert int(module.inner_step) == 2
     module.eval()
@@ -613,7 +613,7 @@ def test_alexr2_evaluates_the_anchor_mid_loop():
 def test_alexr2_solves_the_toy_problem():
     lam, rho = 0.1, 5.0
     module = ALEXR2(Point(), ToyProblem("hinge", rho), data_sizes={"num_samples": 1}, state_dtype="float64",
-                    lam=lam, nu=1.0, inner_lr=0.2, inner_steps=5, independent_batches=False,
+                    smoothing=lam, envelope_smoothing=1.0, inner_lr=0.2, inner_steps=5, independent_batches=False,
                     optimizer=lambda p: Momentum(p, lr=1.0, momentum_weight=0.5)).double()
     fit(module, TOY_BATCH, 400)
     w = module.anchor.tensors()[0]
@@ -626,7 +626,7 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(TypeError, match="needs\\s+its prox"):
         from fccolit.objectives.ap import AveragePrecisionSurrogate
 
-        SONEX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes={"num_samples": 3, "num_positives": 1}, lam=0.1)
+        SONEX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes={"num_samples": 3, "num_positives": 1}, smoothing=0.1)
     with pytest.raises(ValueError, match="ema_weight"):
         build(SONEX, MLP(hidden=[3]), ROCFairnessAUCObjective(), batch, ema_weight=0.0)
     with pytest.raises(ValueError, match="inner_steps"):

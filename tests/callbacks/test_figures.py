@@ -96,7 +96,7 @@ def test_ranking_validation_writes_ndcg_against_k(tmp_path):
 def test_constraints_are_drawn_against_the_epoch_and_their_history_is_checkpointed(adult_files, tmp_path):
     seed_everything(0)
     data = FairnessDataModule(adult_files, "adult", batch_size=32, stratify_by_cell=True, paired=True)
-    module = ALEXR2(MLP(hidden=[8]), ROCFairnessAUCObjective(rho=10.0), data_sizes=data.sizes, lam=2e-3, inner_lr=1e-2,
+    module = ALEXR2(MLP(hidden=[8]), ROCFairnessAUCObjective(rho=10.0), data_sizes=data.sizes, smoothing=2e-3, inner_lr=1e-2,
                     inner_steps=3, outer_normalization="fixed")
     constraints = ConstraintViolationLogger(stages=("val",))
     logger = TensorBoardLogger(tmp_path, name="constraints")

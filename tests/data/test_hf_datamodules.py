@@ -227,7 +227,7 @@ def test_grouped_string_groups_are_coded_and_every_split_holds_every_cell(tmp_pa
     batch = next(iter(dm.train_dataloader()))  # two stratified halves of 16: every cell in each
     for half in (slice(0, 16), slice(16, 32)):
         assert set((2 * batch["group"][half] + batch["y"][half]).tolist()) == {0, 1, 2, 3}
-    module = ALEXR2(MLP(hidden=[8]), ROCFairnessAUCObjective(rho=10.0), data_sizes=dm.sizes, lam=2e-3, inner_lr=1e-2,
+    module = ALEXR2(MLP(hidden=[8]), ROCFairnessAUCObjective(rho=10.0), data_sizes=dm.sizes, smoothing=2e-3, inner_lr=1e-2,
                     inner_steps=2, outer_normalization="fixed")
     _fit(module, dm, tmp_path)
 

@@ -50,7 +50,7 @@ def build(args):
             seed=0, eval_batch_size=64,
         )
         model = SONEX(
-            MLP(hidden=[8]), GroupDROCVaRLoss(ratio=0.25), lam=0.05, ema_weight=0.6, correction_weight=0.2,
+            MLP(hidden=[8]), GroupDROCVaRLoss(ratio=0.25), smoothing=0.05, ema_weight=0.6, correction_weight=0.2,
             optimizer=lambda p: Momentum(p, lr=0.3, momentum_weight=0.3), data_sizes=data.sizes,
             state_dtype="float64", metrics=["auroc"],
         )
@@ -63,7 +63,7 @@ def build(args):
         model = SONEX(
             clip, ContinualLearningObjective(target=DEFAULT_CLASSES["weather"].index("foggy"), penalty="hinge", rho=10.0,
                                     slack=0.01),
-            lam=0.05, ema_weight=0.8, correction_weight=0.1,
+            smoothing=0.05, ema_weight=0.8, correction_weight=0.1,
             # momentum SGD, not Adam: Adam's m/√v turns the rounding noise of exactly-zero gradients (the attention
             # key biases: softmax ignores a shift) into full-size steps, which differ between 1 and 2 processes
             optimizer=lambda p: Momentum(p, lr=0.5, momentum_weight=0.3), data_sizes=data.sizes,
@@ -73,7 +73,7 @@ def build(args):
         data = FairnessDataModule(args.data, "adult", batch_size=32, eval_batch_size=7, seed=0,
                                   cache_dir=os.path.join(args.data, "cache"))
         model = ALEXR2(
-            MLP(hidden=[8]), ROCFairnessAUCObjective(rho=5.0, kappa=0.001), lam=0.01, nu=0.2, inner_lr=0.2, inner_steps=3,
+            MLP(hidden=[8]), ROCFairnessAUCObjective(rho=5.0, kappa=0.001), smoothing=0.01, envelope_smoothing=0.2, inner_lr=0.2, inner_steps=3,
             constraints_per_step=10, sample_seed=3,
             optimizer=lambda p: AdaptiveMomentum(p, lr=0.01, bias_correction=True), data_sizes=data.sizes,
             state_dtype="float64", metrics=["auroc"],
