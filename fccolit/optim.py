@@ -35,12 +35,10 @@ Why not ``torch.optim``: at constant weights ``Momentum`` is ``SGD(lr·β, momen
 schedules no per-step mapping onto ``momentum`` / ``dampening`` / ``betas`` gives their update (torch skips dampening
 on the first step and corrects Adam's bias with the current β^t), ADAP runs without bias correction, which torch's
 Adam cannot, and eq. (13)'s ``adagrad`` / ``adabound`` second moments have no torch counterpart
-(``tests/optim/test_optim_vs_torch.py``). The hand-written step costs nothing measurable: on ResNet-20's weights (CPU,
-one thread, ``benchmarks/handwritten.py``, two runs on a quiet machine) a ``Momentum`` step takes 1.01–1.02× torch's
-``SGD`` step and an ``AdaptiveMomentum`` step 0.84–0.87× torch's ``Adam`` step; torch's multi-tensor ``foreach`` path,
-its default on GPUs, is 1.26–1.28× faster than ``Momentum`` on CPU (1.05–1.10× for Adam), and likely more on a GPU
-(not measured). ``LazyAdam`` takes 0.86–1.01× the time of ``SparseAdam`` + ``Adam`` and is one optimizer for a
-config's one ``optimizer:`` entry.
+(``tests/optim/test_optim_vs_torch.py``). The hand-written steps take about the time of torch's per-tensor ones
+(``benchmarks/handwritten.py``; the measured ratios, and those of torch's multi-tensor ``foreach`` path, are in
+``benchmarks/results/handwritten.md``). ``LazyAdam`` is one optimizer for a config's one ``optimizer:`` entry where
+torch needs ``SparseAdam`` and ``Adam``.
 
 References (the steps as the papers write them):
     * Wang & Yang (ICML 2022), Algorithm 1 (SOX's momentum step): Bokun Wang and Tianbao Yang, "Finite-Sum
@@ -188,6 +186,12 @@ class Momentum(_CheckedOptimizer):
     State per parameter: ``momentum_buffer`` (v, same shape/dtype/device as the parameter) and
     ``step`` (int, number of updates taken).  Sparse gradients are not supported.
 
+    Raises:
+        ValueError: ``lr`` is negative or not finite, ``momentum_weight`` is outside ``(0, 1]``, or
+            ``weight_decay`` is negative or not finite (checked at construction and before every step, since a
+            scheduler may change them).
+        RuntimeError: a parameter has a sparse gradient (at ``step``).
+
     Example:
         >>> import torch
         >>> from fccolit.optim import Momentum
@@ -311,6 +315,26 @@ class AdaptiveMomentum(_CheckedOptimizer):
     Note (SONEX/ALEXR2): the Adam-type update of Chen et al. (NeurIPS 2025, App. E) as printed uses the
     second moment *before* its update (``s_t``) in the step; ADAP and torch use the updated one.  This optimizer
     follows ADAP/torch.
+
+    Raises:
+        ValueError: ``lr`` is negative or not finite, a weight is outside ``(0, 1]``, ``eps`` is not a finite
+            positive number, ``second_moment`` is not one of the four, or the AdaBound bounds are missing,
+            misordered or given to another variant (checked at construction and before every step).
+        RuntimeError: a parameter has a sparse gradient, or its ``second_moment`` changed after its first step
+            (at ``step``).
+
+    Example:
+        Without bias correction (ADAP) the first step is ``η · β1 G / (√(β' G²) + δ) ≈ η · 0.1 / √0.001 ≈ 3.16 η``
+        per coordinate, whatever the gradient's size:
+
+        >>> import torch
+        >>> from fccolit.optim import AdaptiveMomentum
+        >>> w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+        >>> optimizer = AdaptiveMomentum([w], lr=0.01)  # β1 = 0.1, β' = 0.001, second_moment="adam"
+        >>> w.grad = torch.tensor([0.5, -4.0])
+        >>> optimizer.step()
+        >>> [round(x, 4) for x in w.tolist()]
+        [0.9684, -1.9684]
     """
 
     def __init__(

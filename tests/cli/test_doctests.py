@@ -28,7 +28,7 @@ DOCTESTED = {
                                                   "partial_auc_sorted_negatives", "ROCVertices"],
     "fccolit.metrics.functional.ranking": ["ndcg_at_k", "full_ranking_ndcg"],
     "fccolit.metrics.figures": ["figure_writer", "thin", "render", "log_curve_figures", "log_constraint_figure"],
-    "fccolit.optim": ["Momentum", "LazyAdam"],
+    "fccolit.optim": ["Momentum", "AdaptiveMomentum", "LazyAdam"],
     "fccolit._checks": ["check_weight", "check_choice"],
     "fccolit.objectives.base": ["FCCOObjective", "InnerBatch"],
     "fccolit.objectives.ap": ["AveragePrecisionSurrogate"],
