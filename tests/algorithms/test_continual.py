@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -367,6 +368,7 @@ def test_two_processes_equal_one_process(clip_dir, bdd_root, tmp_path):
     taken over the global batch, with the old model's scores computed by each rank on its own images."""
     import shutil
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "objectives"))  # the DDP runner of the constrained tests
     from test_constrained import assert_same, launch, load_runner
 
     root, _ = bdd_root
