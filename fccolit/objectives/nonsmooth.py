@@ -30,7 +30,7 @@ on the smoothed hinge with the same λ are the same algorithm (a test checks it)
 ``i`` and an optional direct term ``g_0`` (a plain mini-batch mean: the objective of a constrained problem, or the
 CVaR threshold ``s``).
 
-Every closed form here is checked against a numerical Moreau envelope in ``tests/algorithms/test_nonsmooth.py``.
+Every closed form here is checked against a numerical Moreau envelope in ``tests/objectives/test_nonsmooth.py``.
 
 References:
     * Chen et al. (NeurIPS 2025): Xingyu Chen, Bokun Wang, Ming Yang, Qihang Lin and Tianbao Yang, "Stochastic
