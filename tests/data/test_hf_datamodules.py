@@ -26,6 +26,7 @@ from fccolit.datamodules import (  # noqa: E402
     MovieLensDataModule,
 )
 from fccolit.io.hf import load_hf_dataset  # noqa: E402
+from fccolit.metrics.functional import ap_score  # noqa: E402
 from fccolit.models import MLP, LinearScorer  # noqa: E402
 from fccolit.models.ltr import ListMLP  # noqa: E402
 from fccolit.models.neumf import NeuMF  # noqa: E402
@@ -55,7 +56,7 @@ def _fit(module, dm, tmp_path, steps: int = 3) -> Trainer:
     trainer = Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
                       num_sanity_val_steps=0, limit_val_batches=1, val_check_interval=steps,
-                      default_root_dir=str(tmp_path))
+                      check_val_every_n_epoch=None, default_root_dir=str(tmp_path))
     trainer.fit(module, datamodule=dm)
     assert trainer.global_step >= 1
     assert all(torch.isfinite(p).all() for p in module.parameters())
@@ -300,16 +301,42 @@ def test_recommendation_from_a_csv_equals_the_movielens_datamodule_on_the_same_f
 
 
 # ----------------------------------------------------------------------------------- fits on the other shapes
-def test_sox_and_multilabel_adap_train_on_the_parquet_datamodules(binary_file, tmp_path):
+def _val_ap(module, dm) -> list[float]:
+    """Each task's AP of the module's scores on the DataModule's validation split (one entry for binary labels;
+    multi-label: the labeled rows of each task)."""
+    rows = _all_rows(dm, "val")
+    with torch.no_grad():
+        scores = module(rows)
+    y = rows["y"]
+    if y.dim() == 1:
+        return [float(ap_score(scores.reshape(-1), y))]
+    return [float(ap_score(scores[y[:, t] >= 0, t], y[y[:, t] >= 0, t])) for t in range(y.shape[1])]
+
+
+def test_sox_and_multilabel_adap_learn_on_the_parquet_datamodules(binary_file, tmp_path):
+    """Training on the DataModules' batches improves the validation AP well beyond the untrained model's: SOX on the
+    binary table (10% positives) from 0.14 to 0.58 in 60 steps, ADAP on the three-task table on every task."""
     binary = HFClassificationDataModule(binary_file, label="label", features="features", batch_size=20,
                                         num_positives=5, cache_dir=tmp_path / "hf")
-    _fit(SOX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=binary.sizes), binary, tmp_path)
+    torch.manual_seed(0)
+    module = SOX(LinearScorer(), AveragePrecisionSurrogate(), data_sizes=binary.sizes)
+    binary.setup("fit")
+    (before,) = _val_ap(module, binary)
+    _fit(module, binary, tmp_path, steps=60)
+    (after,) = _val_ap(module, binary)
+    assert before < 0.2 and after > 0.5, (before, after)  # base rate 0.1
     path = write_multilabel_parquet(tmp_path / "ml.parquet", num_rows=300, num_tasks=3, seed=1)
     multi = HFClassificationDataModule(path, label=["task0", "task1", "task2"], features=[f"f{j}" for j in range(8)],
                                        batch_size=12, num_positives=2, cache_dir=tmp_path / "hf")
+    torch.manual_seed(0)
     module = ADAP(MLP(hidden=[8], out_features=3), AveragePrecisionSurrogate(project=True), data_sizes=multi.sizes,
                   ema_weight=0.02)
-    _fit(module, multi, tmp_path)
+    multi.setup("fit")
+    before = _val_ap(module, multi)
+    _fit(module, multi, tmp_path, steps=100)
+    after = _val_ap(module, multi)
+    assert all(a > b + 0.1 for a, b in zip(after, before)), (before, after)
+    assert np.mean(after) > np.mean(before) + 0.12, (before, after)
 
 
 # ---------------------------------------------------------------------------------------------- errors
