@@ -26,6 +26,7 @@ from fccolit.datasets.images import random_crop_flip
 from fccolit.io.bdd100k import read_bdd100k_attributes
 from fccolit.io.chexpert import apply_uncertainty, read_chexpert_csv
 from fccolit.io.cifar import read_cifar_batch
+from fccolit.metrics.functional import ap_score
 from fccolit.models.vision import ResNet20
 from fccolit.objectives import AveragePrecisionSurrogate
 from fccolit.optim import Momentum
@@ -673,6 +674,17 @@ def _sox(dm):
     )
 
 
+def _scores_and_labels(model, loader) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's scores (eval mode) and the labels ``y`` of every batch of ``loader``, flattened."""
+    model.eval()
+    scores, labels = [], []
+    with torch.no_grad():
+        for batch in loader:
+            scores.append(model(batch).reshape(-1))
+            labels.append(batch["y"].reshape(-1))
+    return torch.cat(scores), torch.cat(labels)
+
+
 def test_one_epoch_sox_ap_on_each_datamodule(cifar_small, chexpert_root, bdd_root, tmp_path):
     root, _ = cifar_small
     modules = {
@@ -688,7 +700,14 @@ def test_one_epoch_sox_ap_on_each_datamodule(cifar_small, chexpert_root, bdd_roo
         assert model.state.num_rows == dm.sizes["num_positives"]
         trainer = _fit_one_epoch(model, dm, tmp_path / name)
         assert trainer.current_epoch == 1 and model.state.visited().any(), name
-        assert 0.0 <= float(trainer.callback_metrics["val/ap"]) <= 1.0, name  # the fixtures' splits hold both classes
+        # the logged val/ap is the AP of the trained model's scores over the whole validation split (each row once,
+        # with its own label), recomputed here from the DataModule's validation loader
+        scores, labels = _scores_and_labels(model, dm.val_dataloader())
+        assert 0 < int(labels.sum()) < labels.numel(), name  # the fixtures' splits hold both classes
+        assert labels.numel() == len(dm.val_dataset), name
+        logged = float(trainer.callback_metrics["val/ap"])
+        assert logged == pytest.approx(float(ap_score(scores, labels)), abs=1e-5), name
+        assert logged != pytest.approx(float(ap_score(-scores, labels)), abs=1e-3), name  # the scores are not ignored
         assert "train/objective_epoch" in trainer.callback_metrics, name
 
 
