@@ -7,7 +7,8 @@ LibAUC is an optional, benchmark-only dependency: ``pip install --no-deps libauc
 torch_geometric and is not used). When ``import libauc`` fails every LibAUC column is skipped with a message.
 
 1. AP with a dual sampler (SOAP, squared hinge, margin 1, γ = 0.9 on u_all / u_pos, fresh u): the same MLP, data
-   and Adam hyper-parameters; ours = ``SyntheticBinaryDataModule`` (our ``DualSampler``) + :class:`SOAP` step;
+   and Adam hyper-parameters; ours = ``SyntheticBinaryDataModule`` (our ``DualSampler``) + :class:`SOAP` step with
+   fccolit's Adam mode (:func:`adam_mode`; with ``torch.optim.Adam`` as a diagnostic row);
    LibAUC = ``DualSampler`` + ``DataLoader`` + ``APLoss`` + its ``SOAP(mode="adam")`` optimizer. Steps per second
    end to end (loader iteration included), interleaved blocks. Loss value and gradients on one batch with the
    same state (definitions agree exactly: LibAUC's surrogate is ours on sigmoid scores).
@@ -48,7 +49,7 @@ from fccolit.models import MLP  # noqa: E402
 from fccolit.models.neumf import NeuMF  # noqa: E402
 from fccolit.objectives import AveragePrecisionSurrogate  # noqa: E402
 from fccolit.objectives.ndcg import NDCGSurrogate  # noqa: E402
-from fccolit.optim import LazyAdam  # noqa: E402
+from fccolit.optim import AdaptiveMomentum, LazyAdam  # noqa: E402
 from timing import interleaved_medians, machine, write_result  # noqa: E402
 
 INSTALL = "pip install --no-deps libauc==2.0.1"
@@ -102,6 +103,14 @@ def fcco_batch_step(module, optimizer, autocast=None):
     return step
 
 
+def adam_mode(params) -> AdaptiveMomentum:
+    """fccolit's Adam mode of SOAP / SONG (lr 1e-3): ``AdaptiveMomentum`` with β1 = 0.1, β' = 0.001 and bias
+    correction, ``torch.optim.Adam(lr=1e-3)`` up to rounding (its docstring). Unlike torch's optimizers, its step
+    does not ask ``torch.accelerator.is_available()``: with Lightning imported (which sets
+    ``PYTORCH_NVML_BASED_CUDA_CHECK=1``) that question loads NVML anew at every step on a machine without a GPU."""
+    return AdaptiveMomentum(params, lr=1e-3, momentum_weight=0.1, second_moment_weight=0.001, bias_correction=True)
+
+
 def fcco_step(module, optimizer, batches):
     """A call that takes one training step of an fccolit module on the next batch of ``batches``."""
     step = fcco_batch_step(module, optimizer)
@@ -153,13 +162,14 @@ def compare_ap(quick: bool) -> dict:
     data.setup("fit")
     torch.manual_seed(0)
     base = MLP(features, hidden=hidden)
-    ours = SOAP(copy.deepcopy(base), AveragePrecisionSurrogate(margin=1.0), ema_weight=0.9, data_sizes=data.sizes)
-    our_opt = torch.optim.Adam(ours.parameters(), lr=1e-3)
+    soap = lambda: SOAP(copy.deepcopy(base), AveragePrecisionSurrogate(margin=1.0), ema_weight=0.9,  # noqa: E731
+                        data_sizes=data.sizes)
+    ours = soap()
     our_batches = cycling(data.train_dataloader())
     result = {"case": f"AP (SOAP), MLP {features}-{hidden}, B = {batch} with {positives} positives, "
                       f"{data.sizes['num_samples']:,} samples"}
 
-    steps = {"ours": fcco_step(ours, our_opt, our_batches)}
+    steps = {}
     skip = libauc_available()
     if skip is None:
         from libauc.sampler import DualSampler
@@ -197,9 +207,13 @@ def compare_ap(quick: bool) -> dict:
         result["grad_rel_diff"] = gradient_rel_diff(torch.autograd.grad(our_loss, list(model_o.parameters())),
                                                torch.autograd.grad(their_loss, list(model_t.parameters())))
         ours.model = copy.deepcopy(base)
-        our_opt = torch.optim.Adam(ours.parameters(), lr=1e-3)
     else:
         result["skip"] = skip
+    # the optimizers are made for the models that step (the comparison above swapped ours.model)
+    steps["ours"] = fcco_step(ours, adam_mode(ours.parameters()), our_batches)
+    twin = soap()  # the same step with torch's Adam (a diagnostic row: see the report)
+    steps["ours_torch_adam"] = fcco_step(twin, torch.optim.Adam(twin.parameters(), lr=1e-3),
+                                         cycling(data.train_dataloader()))
     rounds = 5 if quick else 9
     result.update({f"rate_{k}": v for k, v in interleaved_rates(steps, block=10, rounds=rounds).items()})
     return result
@@ -231,7 +245,6 @@ def compare_song(quick: bool, work: Path) -> dict:
     torch.manual_seed(0)
     base = NeuMF(sizes["num_users"], sizes["num_items"], embedding_dim=64, layers=[64], dropout=0.0)
     ours = SONG(copy.deepcopy(base), NDCGSurrogate(), ema_weight=0.1, u_for_gradient="fresh", data_sizes=sizes)
-    our_opt = torch.optim.Adam(ours.parameters(), lr=1e-3)
     loader = cycling(dm.train_dataloader())
     result = {"case": f"SONG, NeuMF 64/[64], {sizes['num_users']:,} users × {sizes['num_items']:,} items "
                       f"({sizes['num_pairs']:,} pairs), B = {b} × ({p} + {m})"}
@@ -241,8 +254,7 @@ def compare_song(quick: bool, work: Path) -> dict:
                          sparse_embeddings=True)
     sparse_model.load_state_dict(base.state_dict())
     sparse = SONG(sparse_model, NDCGSurrogate(), ema_weight=0.1, u_for_gradient="fresh", data_sizes=sizes)
-    steps = {"ours": fcco_step(ours, our_opt, loader),
-             "ours_sparse": fcco_step(sparse, LazyAdam(sparse.parameters(), lr=1e-3), loader)}
+    steps = {"ours_sparse": fcco_step(sparse, LazyAdam(sparse.parameters(), lr=1e-3), loader)}
     skip = libauc_available()
     if skip is None:
         theirs = copy.deepcopy(base)
@@ -285,9 +297,9 @@ def compare_song(quick: bool, work: Path) -> dict:
         result["loss_ours"], result["loss_libauc"], result["loss_scale"] = float(our_loss), float(their_loss), scale
         result["grad_rel_diff"] = gradient_rel_diff([g * scale for g in gro], grt)
         ours.model = copy.deepcopy(base)
-        our_opt = torch.optim.Adam(ours.parameters(), lr=1e-3)
     else:
         result["skip"] = skip
+    steps["ours"] = fcco_step(ours, adam_mode(ours.parameters()), loader)  # for the model that steps
     rates = interleaved_rates(steps, block=2 if quick else 4, rounds=6 if quick else 9)
     result.update({f"rate_{k}": v for k, v in rates.items()})
     return result
@@ -446,6 +458,10 @@ def report(results: dict, command: str) -> str:
             lines.append(f"| {r['case']} | {r['rate_ours']:.2f} | {r['rate_libauc']:.2f} | {s[key]:.2f}× | {loss} | "
                          f"{r['grad_rel_diff']:.1e} |")
             reference, label = r["rate_libauc"], "same"
+            if "rate_ours_torch_adam" in r:
+                lines.append(f"| ↳ fccolit's step with `torch.optim.Adam` in place of its Adam mode (not counted) | "
+                             f"{r['rate_ours_torch_adam']:.2f} | {reference:.2f} | "
+                             f"{r['rate_ours_torch_adam'] / reference:.2f}× | | |")
         if "rate_ours_sparse" in r:
             lines.append(f"| ↳ {label}, fccolit with sparse embedding gradients + `LazyAdam` (`NeuMF(sparse_embeddings=True)`) | "
                          f"{r['rate_ours_sparse']:.2f} | {reference:.2f} | {s[key + '_sparse']:.2f}× | | |")
@@ -453,7 +469,13 @@ def report(results: dict, command: str) -> str:
     lines += [
         "",
         "AP: LibAUC's loss is ours on sigmoid scores (same squared hinge, fresh u, mean over positives × batch), so "
-        "loss and gradients agree to rounding; each side with its own dual sampler and DataLoader. SONG: the same "
+        "loss and gradients agree to rounding; each side with its own dual sampler and DataLoader. The Adam step on "
+        "fccolit's side (AP and SONG) is its own Adam mode, `fccolit.optim.AdaptiveMomentum(lr=1e-3, "
+        "momentum_weight=0.1, second_moment_weight=0.001, bias_correction=True)` (torch's Adam up to rounding), as "
+        "LibAUC's is its own `SOAP` / `SONG(mode=\"adam\")`; the ↳ AP row with `torch.optim.Adam` shows what torch's "
+        "optimizer costs here: every torch optimizer step asks `torch.accelerator.is_available()`, which, once "
+        "Lightning is imported (it sets `PYTORCH_NVML_BASED_CUDA_CHECK=1`), loads NVML anew at every call on a machine "
+        "without a GPU (about 0.2 ms). SONG: the same "
         "state gives the same per-pair weights; LibAUC multiplies each user's term by `num_pos_items / ideal_dcg` and "
         "averages over users while ours averages over pairs with the objective's normalization, one positive factor "
         f"on this batch (LibAUC / ours = {song.get('loss_scale', float('nan')):.4g}); the gradient difference is "
