@@ -133,6 +133,15 @@ class SyntheticGroupedDataModule(GroupedDataModule):
         noise: temperature of the labels (larger: noisier).
         val_fraction, test_fraction: shares of every group held out.
         (the rest): see :class:`GroupedDataModule`; ``seed`` also seeds the data.
+
+    Raises:
+        ValueError: ``num_groups`` < 1 or ``imbalance`` < 1, or batch options :class:`GroupedDataModule` refuses.
+
+    Example:
+        >>> from fccolit.datamodules.grouped import SyntheticGroupedDataModule
+        >>> data = SyntheticGroupedDataModule(num_groups=3, max_group_size=40)
+        >>> data.sizes
+        {'num_samples': 37, 'num_positives': 27, 'num_negatives': 10, 'num_features': 10, 'num_groups': 3}
     """
 
     def __init__(

@@ -53,6 +53,22 @@ class SyntheticBinaryDataModule(FCCODataModule):
         num_positives: positives per training batch (dual sampler).
         anchor_sampling: ``"permutation"`` or ``"with_replacement"`` (:class:`~fccolit.samplers.DualSampler`).
         seed: seeds the data and the sampler.
+        num_workers, eval_batch_size: as :class:`~fccolit.datamodules.FCCODataModule`.
+
+    Raises:
+        ValueError: ``pos_fraction`` outside (0, 1), split fractions that leave no training rows, or a batch size
+            that is not a positive integer.
+
+    Example:
+        >>> from fccolit.datamodules import SyntheticBinaryDataModule
+        >>> data = SyntheticBinaryDataModule(num_samples=200, num_features=4, pos_fraction=0.1, batch_size=16,
+        ...                                  num_positives=4)
+        >>> data.sizes  # the training split's, for the model's data_sizes
+        {'num_samples': 120, 'num_positives': 11, 'num_negatives': 109, 'num_features': 4}
+        >>> data.setup("fit")
+        >>> batch = next(iter(data.train_dataloader()))
+        >>> sorted(batch), tuple(batch["x"].shape), int(batch["y"].sum())  # 4 positives in each batch
+        (['index', 'neg_index', 'pos_index', 'x', 'y'], (16, 4), 4)
     """
 
     def __init__(

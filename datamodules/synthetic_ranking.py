@@ -106,6 +106,17 @@ class SyntheticRankingDataModule(FCCODataModule):
         num_batches: training batches per epoch (None: one pass over the queries with a relevant item).
         top_k: K of ``ideal_dcg_at_k`` (for K-SONG; None: the field is absent).
         seed: seeds the data and the training stream.
+
+    Raises:
+        ValueError: an unknown ``task``; ``num_positives`` / ``num_negatives`` not both set (recommendation) or
+            both None / both set (learning to rank), below 1; ``top_k`` < 1; ``ratings_per_query`` outside
+            [3, ``num_items``).
+
+    Example:
+        >>> from fccolit.datamodules import SyntheticRankingDataModule
+        >>> data = SyntheticRankingDataModule(num_queries=20, num_items=50)
+        >>> data.sizes  # SONG's state has a row per (user, relevant item) pair
+        {'num_users': 20, 'num_items': 50, 'num_queries': 20, 'num_pairs': 357}
     """
 
     summary_unit = "queries"

@@ -43,6 +43,9 @@ DOCTESTED = {
     "fccolit.surrogates": ["pairwise_surrogate"],
     "fccolit.datamodules.hf": ["HFClassificationDataModule", "HFGroupedDataModule", "HFRankingDataModule",
                                "HFRecommendationDataModule"],
+    "fccolit.datamodules.synthetic": ["SyntheticBinaryDataModule"],
+    "fccolit.datamodules.synthetic_ranking": ["SyntheticRankingDataModule"],
+    "fccolit.datamodules.grouped": ["SyntheticGroupedDataModule"],
     "fccolit.metrics.base": ["BatchMetric", "per_task_names", "EvaluationMetrics"],
 }
 
