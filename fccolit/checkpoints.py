@@ -15,12 +15,14 @@ import importlib
 import os
 import pickle
 import re
+import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 
 #: the key of fccolit's own entries in a checkpoint (run seed, the epoch's running totals, the optimizer's settings)
 RESUME_KEY = "fccolit_resume"
@@ -337,3 +339,81 @@ def newest_last_checkpoint(folder: str | os.PathLike) -> Path | None:
     folder = Path(folder)
     found: Iterable[Path] = (p for p in folder.rglob("*.ckpt") if LAST_NAME.fullmatch(p.name))
     return max(found, key=lambda p: p.stat().st_mtime, default=None)
+
+
+#: ``--ckpt_path untrained``: evaluate the model as initialized (``validate`` / ``test`` / ``predict`` refuse to run
+#: without a checkpoint otherwise)
+UNTRAINED = "untrained"
+
+
+def rank_zero_process() -> bool:
+    """Whether this process is the first of its job (a DDP launcher's children have ``LOCAL_RANK`` / ``NODE_RANK``
+    set), before any trainer exists."""
+    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
+
+
+def resolve_configured_checkpoint(config: Any, subcommand: str) -> bool:
+    """Resolve and check the ``ckpt_path`` of a parsed subcommand configuration (``config``: its Namespace, with
+    ``trainer``, ``model`` and ``ckpt_path``), in place.
+
+    ``last`` / ``best`` are found among the config's runs (:class:`RunLayout`, :func:`resolve_checkpoint`) and the
+    file is checked (:func:`check_checkpoint_file`, :func:`load_checkpoint`). When the configuration names a model,
+    it is what runs: each module hyper-parameter that differs from the checkpoint's is printed (checkpoint → now);
+    ``fit`` restores the optimizer (its settings included) from the checkpoint, so a configured optimizer setting that
+    differs from what the checkpoint's optimizer was configured with is refused, listing the keys (a schedule's
+    changes during the run are not differences). ``validate`` / ``test`` / ``predict`` without a ``ckpt_path`` are
+    refused (they would evaluate the untrained model) unless it is :data:`UNTRAINED`.
+
+    Args:
+        config: the subcommand's configuration; its ``ckpt_path`` becomes the resolved file (or None).
+        subcommand: ``fit``, ``validate``, ``test`` or ``predict``.
+
+    Returns:
+        True when a checkpoint is to be used and the configuration names no model: the checkpoint's
+        hyper-parameters then configure it (LightningCLI's own parsing of the checkpoint).
+
+    Raises:
+        ConfigurationError: an evaluation without ``ckpt_path``; a ``last`` / ``best`` that names nothing to
+            evaluate (:func:`resolve_checkpoint`); a file that is no complete checkpoint.
+        ValueError: ``fit`` from a checkpoint with changed optimizer settings.
+    """
+    given = config.get("ckpt_path")
+    if given == UNTRAINED or given is None:
+        config.ckpt_path = None
+        if given is None and subcommand != "fit":
+            raise ConfigurationError(
+                f"{subcommand} without --ckpt_path would evaluate the untrained model: give --ckpt_path last (the "
+                f"newest run of this config), best, or a checkpoint file (--ckpt_path {UNTRAINED} evaluates the "
+                "model as initialized)"
+            )
+        return False
+    layout = RunLayout.of(config.trainer)
+    resolved = resolve_checkpoint(given, layout, subcommand)
+    config.ckpt_path = resolved
+    if resolved is None:
+        rank_zero_info(f"--ckpt_path {given}: no earlier run of this config in {layout.where()}; training starts "
+                       "from scratch")
+        return False
+    if resolved != given:
+        rank_zero_info(f"--ckpt_path {given}: {resolved}")
+    check_checkpoint_file(resolved)
+    checkpoint = load_checkpoint(resolved)
+    model_config = config.get("model")
+    if model_config is None or not getattr(model_config, "class_path", None):
+        return True
+    changes = hyperparameter_changes(checkpoint, model_config, optimizer=subcommand == "fit")
+    optimizer_changes = [c for c in changes if c[0].startswith("optimizer.")]
+    listing = lambda rows: "\n".join(f"  {k}: {old!r} (checkpoint) -> {new!r} (configured)" for k, old, new in rows)  # noqa: E731
+    if optimizer_changes:
+        raise ValueError(
+            f"resuming from {resolved} with optimizer settings that differ from those the checkpoint's run was "
+            f"configured with:\n{listing(optimizer_changes)}\nLightning restores the optimizer's state (its "
+            "settings included) from the checkpoint, so these would be ignored: configure the checkpoint's values "
+            "to resume, or start a new run from the checkpoint's weights (the model's pretrained weights)."
+        )
+    if changes and rank_zero_process():
+        sys.stderr.write(
+            f"{subcommand} from {resolved} with hyper-parameters that differ from the checkpoint's; the configured "
+            f"values apply:\n{listing(changes)}\n"
+        )
+    return False

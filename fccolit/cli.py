@@ -61,12 +61,11 @@ from fccolit.callbacks.summary import ProgressLines
 from fccolit.checkpoints import (
     ConfigurationError,
     RunLayout,
-    check_checkpoint_file,
     claim_run_folder,
-    hyperparameter_changes,
     import_class,
     load_checkpoint,
-    resolve_checkpoint,
+    rank_zero_process,
+    resolve_configured_checkpoint,
     state_mismatches,
 )
 from fccolit.datamodules import FCCODataModule
@@ -181,6 +180,17 @@ def is_choice(path: str) -> bool:
     return cls is None or vars(cls).get("cli_choice", True)
 
 
+def _subclasses(base: type) -> list[type]:
+    """Every subclass of ``base`` imported so far (the classes that a class name in a config can resolve to)."""
+    found, pending = [], list(base.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        if cls not in found:
+            found.append(cls)
+            pending.extend(cls.__subclasses__())
+    return found
+
+
 def unknown_class_hint(message: str) -> str:
     """A line for jsonargparse's error about a ``--model`` / ``--data`` value that names no class (``--model SOXX``,
     ``--model fccolit.algorithms.SOXX``, ``--model mypkg.Missing``): the closest of fccolit's classes and the choices
@@ -191,10 +201,8 @@ def unknown_class_hint(message: str) -> str:
     unknown = ("Expected a dot import path", "Import path", "not accessible", "No module named", "has no attribute")
     if not key or not given or not any(u in message for u in unknown):
         return ""
-    from jsonargparse._typehints import get_all_subclass_paths  # the list jsonargparse itself accepts
-
-    paths = [p for p in get_all_subclass_paths(_BASES[key.group(1)]) if p.startswith("fccolit.") and is_choice(p)]
-    names = sorted({p.rsplit(".", 1)[-1] for p in paths})
+    names = sorted({cls.__name__ for cls in _subclasses(_BASES[key.group(1)])
+                    if cls.__module__.startswith("fccolit.") and vars(cls).get("cli_choice", True)})
     value = given.group(1)
     close = difflib.get_close_matches(value.rsplit(".", 1)[-1], names, n=1)
     guess = f" Did you mean '{close[0]}'?" if close else ""
@@ -254,10 +262,12 @@ class FCCOArgumentParser(LightningArgumentParser):
     ``fccolit: error: ...`` (exit status 2), unless :func:`full_reports`. Its help lists fccolit's classes
     (:class:`FCCOHelpFormatter`), also in the parsers that jsonargparse makes of it (``--model.help SOX``)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, command: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", FCCOHelpFormatter)
         kwargs.setdefault("allow_abbrev", False)  # `--trainer.max_epoch 1` is a typo to report, not max_epochs
         super().__init__(*args, **kwargs)
+        #: the subcommand this parser parses (None: the main parser, or one jsonargparse makes of it)
+        self.command = command
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         hint = unknown_option_hint(message) or top_level_hint(message, self) or unknown_class_hint(message)
@@ -408,17 +418,6 @@ class SaveAndLogConfig(SaveConfigCallback):
         self._entry_written = True
 
 
-#: ``--ckpt_path untrained``: evaluate the model as initialized (``validate`` / ``test`` / ``predict`` refuse to run
-#: without a checkpoint otherwise)
-UNTRAINED = "untrained"
-
-
-def _rank_zero_process() -> bool:
-    """Whether this process is the first of its job (a DDP launcher's children have ``LOCAL_RANK`` / ``NODE_RANK``
-    set), before any trainer exists."""
-    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
-
-
 def _configured_loggers(trainer_config: Any) -> list[Any]:
     """The loggers of a parsed trainer configuration given as ``class_path`` / ``init_args`` (Namespaces)."""
     loggers = trainer_config.get("logger")
@@ -442,67 +441,24 @@ class FCCOLitCLI(LightningCLI):
                 if save_dir is not None and not Path(save_dir).is_absolute():
                     logger.init_args.save_dir = str(Path(root) / save_dir)
 
+    # LightningCLI has no public hook between parsing and instantiation that replaces its own reading of
+    # ``ckpt_path`` (which overwrites the configured model's hyper-parameters with the checkpoint's without a word):
+    # this override of its private ``_parse_ckpt_path`` is the one place that does, and the resolution itself is
+    # fccolit.checkpoints.resolve_configured_checkpoint.
     def _parse_ckpt_path(self) -> None:
-        """``--ckpt_path``: resolve ``last`` / ``best`` among the config's runs (:class:`~fccolit.checkpoints.RunLayout`),
-        check the file (complete, loadable without running code from it) and compare it with the configuration.
-
-        LightningCLI overwrites the configured model's hyper-parameters with the checkpoint's, so a value changed on
-        the command line was dropped without a word. Here, when the configuration names a model, it is what runs:
-        each module hyper-parameter that differs from the checkpoint's is printed (checkpoint → now). ``fit`` restores
-        the optimizer (its settings included) from the checkpoint, so a configured optimizer setting that differs from
-        what the checkpoint's optimizer was configured with is refused, listing the keys; a schedule's changes to the
-        settings during the run are not differences. Without a model in the configuration the checkpoint's is used.
-        ``validate`` / ``test`` / ``predict`` without ``--ckpt_path`` are refused (they would evaluate the untrained
-        model) unless it is ``untrained``."""
-        try:
-            self._resolve_and_check_checkpoint()
-        except Exception as err:
-            raise _configuration_error(err)
-
-    def _resolve_and_check_checkpoint(self) -> None:
+        """``--ckpt_path``: resolved and checked by :func:`~fccolit.checkpoints.resolve_configured_checkpoint`
+        (``last`` / ``best`` among the config's runs, the file checked, changed hyper-parameters printed, changed
+        optimizer settings refused, evaluation without a checkpoint refused unless ``untrained``); LightningCLI's own
+        reading of the checkpoint's hyper-parameters only when the configuration names no model."""
         subcommand = self.config.get("subcommand")
         if not subcommand:
             return
-        config = self.config[subcommand]
-        given = config.get("ckpt_path")
-        if given == UNTRAINED or given is None:
-            config.ckpt_path = None
-            if given is None and subcommand != "fit":
-                raise ConfigurationError(
-                    f"{subcommand} without --ckpt_path would evaluate the untrained model: give --ckpt_path last (the "
-                    f"newest run of this config), best, or a checkpoint file (--ckpt_path {UNTRAINED} evaluates the "
-                    "model as initialized)"
-                )
-            return
-        layout = RunLayout.of(config.trainer)
-        resolved = resolve_checkpoint(given, layout, subcommand)
-        config.ckpt_path = resolved
-        if resolved is None:
-            rank_zero_info(f"--ckpt_path {given}: no earlier run of this config in {layout.where()}; training starts "
-                           "from scratch")
-            return
-        if resolved != given:
-            rank_zero_info(f"--ckpt_path {given}: {resolved}")
-        check_checkpoint_file(resolved)
-        checkpoint = load_checkpoint(resolved)
-        model_config = config.get("model")
-        if model_config is None or not getattr(model_config, "class_path", None):
-            return super()._parse_ckpt_path()
-        changes = hyperparameter_changes(checkpoint, model_config, optimizer=subcommand == "fit")
-        optimizer_changes = [c for c in changes if c[0].startswith("optimizer.")]
-        listing = lambda rows: "\n".join(f"  {k}: {old!r} (checkpoint) -> {new!r} (configured)" for k, old, new in rows)  # noqa: E731
-        if optimizer_changes:
-            raise ValueError(
-                f"resuming from {resolved} with optimizer settings that differ from those the checkpoint's run was "
-                f"configured with:\n{listing(optimizer_changes)}\nLightning restores the optimizer's state (its "
-                "settings included) from the checkpoint, so these would be ignored: configure the checkpoint's values "
-                "to resume, or start a new run from the checkpoint's weights (the model's pretrained weights)."
-            )
-        if changes and _rank_zero_process():
-            sys.stderr.write(
-                f"{subcommand} from {resolved} with hyper-parameters that differ from the checkpoint's; the configured "
-                f"values apply:\n{listing(changes)}\n"
-            )
+        try:
+            use_checkpoint_model = resolve_configured_checkpoint(self.config[subcommand], subcommand)
+            if use_checkpoint_model:
+                super()._parse_ckpt_path()
+        except Exception as err:
+            raise _configuration_error(err)
 
     def before_instantiate_classes(self) -> None:
         """Give the run its folder: ``fit`` (and an evaluation of a checkpoint from elsewhere) a new
@@ -524,7 +480,7 @@ class FCCOLitCLI(LightningCLI):
         run = layout.run_of(ckpt_path) if ckpt_path and subcommand != "fit" else None
         if run is not None:
             logger.init_args.version = f"{run}/{subcommand}"
-        elif _rank_zero_process() and layout.root is not None:
+        elif rank_zero_process() and layout.root is not None:
             version = claim_run_folder(layout.root)
             logger.init_args.version = version
             self._claimed = layout.root / f"version_{version}"
@@ -547,16 +503,19 @@ class FCCOLitCLI(LightningCLI):
                 raise _configuration_error(err)
             raise _configuration_error(cause) from None
 
-    def add_arguments_to_parser(self, parser: Any) -> None:
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """The DataModule's ``sizes`` linked to the model's ``data_sizes`` (read once the data is instantiated), and
+        ``predict``'s ``--prediction_writer.path`` (a :class:`PredictionWriter` is always there); each subcommand's
+        parser knows its subcommand (:class:`FCCOArgumentParser`'s ``command``, given by :func:`main`'s
+        ``parser_kwargs``)."""
         parser.link_arguments("data", "model.init_args.data_sizes", compute_fn=data_sizes, apply_on="instantiate")
-
-    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> LightningArgumentParser:
-        """``predict`` also takes ``--prediction_writer.path`` (a :class:`PredictionWriter` is always there)."""
-        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
-        if subcommand == "predict":
+        if getattr(parser, "command", None) == "predict":
             parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
-        return parser
 
+    # LightningCLI's public instantiate_trainer(**kwargs) replaces the configured callbacks when given some, and has no
+    # other way to add callbacks that depend on the parsed run (the checkpoint to check) after the configured ones and
+    # before its SaveConfigCallback, nor to turn the progress bar off for a log file without writing that into the
+    # saved config: so its private _instantiate_trainer is extended here.
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
         ckpt_path = self.config[self.subcommand].get("ckpt_path") if self.subcommand else None
         for callback in [*(config.get("callbacks") or []), *callbacks]:
@@ -644,7 +603,8 @@ def main(args: ArgsType = None, run: bool = True) -> FCCOLitCLI:
         save_config_callback=SaveAndLogConfig,
         save_config_kwargs={"overwrite": True},
         parser_class=FCCOArgumentParser,
-        parser_kwargs={"description": DESCRIPTION, "version": importlib.metadata.version("fccolit")},
+        parser_kwargs={"description": DESCRIPTION, "version": importlib.metadata.version("fccolit"),
+                       **{name: {"command": name} for name in LightningCLI.subcommands()}},
         trainer_defaults={"use_distributed_sampler": False, "enable_model_summary": False},
         args=args,
         run=run,
