@@ -41,6 +41,7 @@ import torch
 
 from fccolit._checks import check_choice
 from fccolit.data import binary_fields, binary_sizes
+from fccolit.datasets.splits import class_splits
 from fccolit.io.cache import cache_key, cached_arrays, default_cache_dir
 from fccolit.io.fairness import (
     ADULT_CATEGORICAL, ADULT_CONTINUOUS, ADULT_URL, COMPAS_CATEGORICAL, COMPAS_CONTINUOUS, COMPAS_URL, Table,
@@ -53,21 +54,6 @@ from fccolit.datamodules.grouped import GroupedDataModule
 __all__ = ["FairnessDataModule"]
 
 _SPLITS = ("train", "val", "test")
-
-
-def _stratified(y: np.ndarray, fractions: dict[str, float], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Row indices per split: each class shuffled and cut by ``fractions``; the rest is ``"train"``."""
-    parts: dict[str, list[np.ndarray]] = {"train": [], **{s: [] for s in fractions}}
-    for cls in (0, 1):
-        members = np.flatnonzero(y == cls)
-        members = members[rng.permutation(members.size)]
-        start = 0
-        for split, fraction in fractions.items():
-            count = round(fraction * members.size)
-            parts[split].append(members[start : start + count])
-            start += count
-        parts["train"].append(members[start:])
-    return {s: np.sort(np.concatenate(p)) for s, p in parts.items()}
 
 
 class FairnessDataModule(GroupedDataModule):
@@ -163,13 +149,13 @@ class FairnessDataModule(GroupedDataModule):
         if self.dataset == "adult":
             train = parse_adult(self.files[0], self.missing)
             test = parse_adult(self.files[1], self.missing)
-            parts = _stratified(train.y, {"val": self.val_fraction}, rng)
+            parts = class_splits(train.y, {"val": self.val_fraction}, rng)
             tables = {"train": (train, parts["train"]), "val": (train, parts["val"]), "test": (test, np.arange(len(test)))}
             continuous, categorical, vocab_source = ADULT_CONTINUOUS, ADULT_CATEGORICAL, train
             protected = "sex"
         else:
             data = parse_compas(self.files[0], self.propublica_filter)
-            parts = _stratified(data.y, {"val": self.val_fraction, "test": self.test_fraction}, rng)
+            parts = class_splits(data.y, {"val": self.val_fraction, "test": self.test_fraction}, rng)
             tables = {s: (data, parts[s]) for s in _SPLITS}
             continuous, categorical, vocab_source = COMPAS_CONTINUOUS, COMPAS_CATEGORICAL, data
             protected = "race"

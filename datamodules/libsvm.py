@@ -22,6 +22,7 @@ import torch
 
 from fccolit._checks import check_choice
 from fccolit.data import SparseRows, binary_fields, binary_sizes
+from fccolit.datasets.splits import class_splits
 from fccolit.io.cache import CACHE_DIRNAME, cache_key, cached_arrays, default_cache_dir
 from fccolit.io.csr import take_rows
 from fccolit.io.libsvm import STORAGE_DTYPE, LibSVMFile, dense_size_error, parse_libsvm
@@ -247,7 +248,7 @@ class LibSVMDataModule(FCCODataModule):
         if self.pos_fraction is not None:
             pool = self._drop_positives(y, rng)
         fractions = {"val": self.val_fraction, "test": self._held_out}
-        parts = self._stratified_split(pool, y[pool], fractions, rng)
+        parts = class_splits(y[pool], fractions, rng, pool=pool)
         test_y = None if test is None else (test.labels == label_values[1]).astype(np.int8)
         if layout == "sparse":
             return self._sparse_arrays(train, test, y, test_y, parts, width, label_values)
@@ -354,23 +355,6 @@ class LibSVMDataModule(FCCODataModule):
         keep = min(max(keep, 1), positives.size)
         kept = rng.choice(positives, size=keep, replace=False)
         return np.sort(np.concatenate([negatives, kept]))
-
-    @staticmethod
-    def _stratified_split(
-        pool: np.ndarray, y: np.ndarray, fractions: dict[str, float], rng: np.random.Generator
-    ) -> dict[str, np.ndarray]:
-        """Rows of ``pool`` per split: each class is shuffled and cut by ``fractions``; the rest is "train"."""
-        parts: dict[str, list[np.ndarray]] = {"train": [], **{s: [] for s in fractions}}
-        for cls in (0, 1):
-            members = pool[y == cls]
-            members = members[rng.permutation(members.size)]
-            start = 0
-            for split, fraction in fractions.items():
-                count = round(fraction * members.size)
-                parts[split].append(members[start : start + count])
-                start += count
-            parts["train"].append(members[start:])
-        return {s: np.sort(np.concatenate(p)) for s, p in parts.items()}
 
     def _normalization(self, x_train: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """``(shift, scale)`` [D] float64 fitted on the training split: ``x ↦ (x − shift) / scale``."""

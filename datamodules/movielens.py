@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from fccolit.io.cache import CACHE_DIRNAME
+from fccolit.io.cache import folder_listing
 from fccolit.io.ratings import MOVIELENS_FORMATS, Ratings, read_movielens_ratings
 from fccolit.io.paths import is_data_file
 
@@ -83,14 +83,6 @@ MOVIELENS_SCALES: dict[str, tuple[float, float]] = {
 DEFAULT_SCALE = (0.5, 5.0)
 
 
-def _listing(root: Path) -> str:
-    if not root.is_dir():
-        return f"The folder {root} does not exist."
-    present = sorted(p.name for p in root.iterdir() if p.name != CACHE_DIRNAME)
-    shown = ", ".join(present[:30]) + (f", ... ({len(present)} in all)" if len(present) > 30 else "")
-    return f"Files in {root}: {shown or '(none)'}."
-
-
 def _release_of_folder(name: str) -> str | None:
     lowered = name.lower()
     for version, (folder, _) in MOVIELENS_RELEASES.items():
@@ -126,7 +118,7 @@ def detect_movielens(root: str | os.PathLike) -> tuple[str, Path]:
             return zips[0], root / f"{zips[0]}.zip"
         raise FileNotFoundError(
             f"no MovieLens ratings file (u.data, ratings.dat or ratings.csv) in {root} or its release folders. "
-            f"{_listing(root)} Download a release from {MOVIELENS_PAGE} into {root} (or pass version='ml-20m' and "
+            f"{folder_listing(root)} Download a release from {MOVIELENS_PAGE} into {root} (or pass version='ml-20m' and "
             "download=True)."
         )
     if len(found) > 1:
@@ -317,7 +309,7 @@ class MovieLensDataModule(RecommendationDataModule):
         if download:
             return version, download_movielens(root, version)
         raise FileNotFoundError(
-            f"MovieLens {version} not found: expected {root / folder / name} (or {root / name}). {_listing(root)} "
+            f"MovieLens {version} not found: expected {root / folder / name} (or {root / name}). {folder_listing(root)} "
             f"Download {GROUPLENS_URL}{version}.zip from {MOVIELENS_PAGE} and extract it into {root}, or pass "
             "download=True."
         )

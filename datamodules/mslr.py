@@ -48,7 +48,7 @@ import numpy as np
 
 from fccolit._checks import check_choice
 from fccolit.datasets.letor import ListEvalDataset, ListwiseTrainDataset, ltr_pair_arrays
-from fccolit.io.cache import CACHE_DIRNAME
+from fccolit.io.cache import folder_listing
 from fccolit.io.letor import LetorFile, group_by_query, parse_letor, read_lightgbm_ranking
 from fccolit.io.paths import is_data_file
 
@@ -95,22 +95,14 @@ def detect_letor_layout(
                 files[split] = (path, path.with_name(path.name + ".query") if grouped else None)
         if "test" not in files:
             raise FileNotFoundError(
-                f"{folder / names['train']} has no test file {folder / names['test']} beside it. {_listing(folder)}"
+                f"{folder / names['train']} has no test file {folder / names['test']} beside it. {folder_listing(folder)}"
             )
         return layout, files
     raise FileNotFoundError(
         f"no learning-to-rank data in {root}: expected Fold{fold}/train.txt (MSLR-WEB10K/30K, LETOR 4.0), train.txt, "
-        f"set{yahoo_set}.train.txt (Yahoo! LTR) or rank.train + rank.train.query (LightGBM). {_listing(root)} "
+        f"set{yahoo_set}.train.txt (Yahoo! LTR) or rank.train + rank.train.query (LightGBM). {folder_listing(root)} "
         f"MSLR-WEB30K comes from {MSLR_PAGE}: extract MSLR-WEB30K.zip into {root}."
     )
-
-
-def _listing(root: Path) -> str:
-    if not root.is_dir():
-        return f"The folder {root} does not exist."
-    present = sorted(p.name for p in root.iterdir() if p.name != CACHE_DIRNAME)
-    shown = ", ".join(present[:30]) + (f", ... ({len(present)} in all)" if len(present) > 30 else "")
-    return f"Files in {root}: {shown or '(none)'}."
 
 
 def normalization(

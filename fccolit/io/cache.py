@@ -40,7 +40,8 @@ from typing import Callable, Iterable, Iterator, Mapping
 import numpy as np
 
 __all__ = [
-    "CACHE_DIRNAME", "CacheUse", "cache_key", "cached_arrays", "content_sha256", "default_cache_dir", "recording_cache_uses",
+    "CACHE_DIRNAME", "CacheUse", "cache_key", "cached_arrays", "content_sha256", "default_cache_dir", "folder_listing",
+    "recording_cache_uses",
 ]
 
 #: The folder that earlier versions created under a data set's root for its cache entries; the DataModules skip it
@@ -310,3 +311,13 @@ def cached_arrays(
                       stacklevel=2)
         _record(entry, hit=False, stored=False)
         return arrays
+
+
+def folder_listing(root: Path) -> str:
+    """One sentence for an error message: the files of the data folder ``root`` (its cache folder left out; at most
+    30 names), or that it does not exist."""
+    if not root.is_dir():
+        return f"The folder {root} does not exist."
+    present = sorted(p.name for p in root.iterdir() if p.name != CACHE_DIRNAME)
+    shown = ", ".join(present[:30]) + (f", ... ({len(present)} in all)" if len(present) > 30 else "")
+    return f"Files in {root}: {shown or '(none)'}."
