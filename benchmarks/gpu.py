@@ -1,6 +1,6 @@
 """One prepared GPU benchmark: FCCO / plain step ratios, LibAUC side by side, peak memory, AMP (bf16) on and off.
 
-    python benchmarks/gpu.py            # one CUDA device, about 5 minutes on an H100; writes
+    python benchmarks/gpu.py            # one CUDA device (sized for < 8 min on an H100; not yet run on one); writes
                                         # benchmarks/results/gpu_<device>.md (then: python benchmarks/collect.py)
     python benchmarks/gpu.py --quick    # tiny shapes, a few steps, on the CPU when there is no GPU (seconds)
 
@@ -267,8 +267,10 @@ def autocast_of(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16-mixed" else None
 
 
-def run(quick: bool, only: list[str] | None = None, log=print) -> dict:
-    """Every row: ``{"ratio": [...], "libauc": [...], "device": str, "seconds": float}``."""
+def run(quick: bool, only: list[str] | None = None, log=print, after_workload=None) -> dict:
+    """Every row: ``{"ratio": [...], "libauc": [...], "device": str, "seconds": float}``; ``after_workload(result)``
+    is called with the rows so far after each workload (``main`` rewrites the results file: a run cut short keeps
+    the workloads it finished)."""
     cuda = torch.cuda.is_available()
     if not (cuda or quick):
         raise SystemExit("benchmarks/gpu.py needs a CUDA device (or --quick, which runs tiny shapes on the CPU)")
@@ -315,6 +317,9 @@ def run(quick: bool, only: list[str] | None = None, log=print) -> dict:
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
+        out["seconds"] = time.perf_counter() - start
+        if after_workload is not None:
+            after_workload(out)
     out["seconds"] = time.perf_counter() - start
     return out
 
@@ -369,15 +374,20 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_float32_matmul_precision("highest")
     if not torch.cuda.is_available():
         torch.set_num_threads(1)  # --quick on the CPU: these tiny models gain nothing from more threads
-    result = run(args.quick, args.only, log=lambda s: print(s, file=sys.stderr, flush=True))
-    text = report(result, "python benchmarks/gpu.py" + " ".join([""] + (argv if argv is not None else sys.argv[1:])))
-    print(text)
+    command = "python benchmarks/gpu.py" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))
     out = args.out
-    if out is None and not args.quick and result["device"] != "cpu":
-        out = RESULTS_DIR / f"gpu_{device_slug(result['device'])}.md"
+    if out is None and not args.quick and torch.cuda.is_available():
+        out = RESULTS_DIR / f"gpu_{device_slug(torch.cuda.get_device_name(0))}.md"
+
+    def write(result: dict) -> None:
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(report(result, command).rstrip() + "\n")
+
+    result = run(args.quick, args.only, log=lambda s: print(s, file=sys.stderr, flush=True), after_workload=write)
+    write(result)
+    print(report(result, command))
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text.rstrip() + "\n")
         print(f"written: {out}", file=sys.stderr)
 
 

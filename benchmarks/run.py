@@ -1,7 +1,7 @@
 """Every speed benchmark in one command: ``python benchmarks/run.py [--quick]`` (``make bench`` runs ``--quick``).
 
 ``python benchmarks/run.py --gpu [--quick]`` instead runs ``benchmarks/gpu.py`` (the prepared GPU benchmark: one CUDA
-device, about 5 minutes; ``--quick``: tiny shapes on the CPU) and assembles RESULTS.md.
+device, sized to take under 8 minutes on an H100; ``--quick``: tiny shapes on the CPU) and assembles RESULTS.md.
 
 ``python benchmarks/run.py --reproduce [--quick]`` instead runs every paper-reproduction script of
 ``benchmarks/reproduce/`` (their ``--quick`` modes with ``--quick``) and assembles ``benchmarks/REPRODUCTION.md``.
