@@ -10,9 +10,10 @@ import torch
 from builders import float64_batch, whole_list_ltr_data
 
 from fccolit.algorithms.sox import SOX
-from fccolit.data import binary_fields, binary_sizes
+from fccolit.data import TensorDictDataset, binary_fields, binary_sizes
 from fccolit.models import LinearScorer
 from fccolit.optim import Momentum
+from fccolit.samplers.multilabel import MultiLabelPairDataset
 
 
 def binary_data(n=30, d=4, m=8, seed=0):
@@ -117,3 +118,22 @@ def whole_lists():
     g = torch.Generator().manual_seed(0)
     scores = torch.randn(batch["pair_index"].shape, generator=g, dtype=torch.float64)
     return batch, scores
+
+
+def multilabel_labels(n=24, tasks=3, positives=5, seed=0):
+    """[n, T] labels with exactly `positives` positives per task and a few unlabeled (−1) entries."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.zeros(n, tasks, dtype=torch.long)
+    for t in range(tasks):
+        order = torch.randperm(n, generator=g)
+        labels[order[:positives], t] = 1
+        labels[order[positives : positives + 3], t] = -1
+    return labels
+
+
+def multilabel_full_batch(labels, x):
+    """Every labeled (task, sample) pair once, with the fields of MultiLabelPairDataset."""
+    n, tasks = labels.shape
+    pairs = [t * n + i for t in range(tasks) for i in range(n) if labels[i, t] >= 0]
+    dataset = MultiLabelPairDataset(TensorDictDataset(x=x, y=labels, index=torch.arange(n)), labels)
+    return dataset.__getitems__(pairs)

@@ -1,21 +1,30 @@
 """AveragePrecisionSurrogate (fccolit/objectives/ap.py): its estimators are the exact gradient on the whole data,
 ``exact_value`` is −(smoothed AP) by a double loop, the reweighted estimator is unbiased under class-stratified batches
 (every batch enumerated) where the batch mean and the plain reweighting are not, Ω holds every estimate, the sum and
-mean scales give the same updates, and the options fail clearly."""
+mean scales give the same updates, the options fail clearly; and on multi-task (multi-label) batches, the mean over
+tasks with same-task inner sets, whose estimator is the autograd gradient when the state is exact."""
 
 from __future__ import annotations
 
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
+from torch import nn
 
-from objective_helpers import binary_data, exact_table, expectation, grads, make_sox, run_steps, sox_estimate, subset
+from objective_helpers import (
+    binary_data, exact_table, expectation, grads, make_sox, multilabel_full_batch, multilabel_labels, run_steps,
+    sox_estimate, subset,
+)
 
+from fccolit.algorithms.sox import SOX
+from fccolit.data import TensorDictDataset
 from fccolit.models import LinearScorer
 from fccolit.objectives.ap import AveragePrecisionSurrogate
 from fccolit.samplers import DualSampler
+from fccolit.samplers.multilabel import MultiLabelPairDataset, MultiLabelSampler, multilabel_sizes
 
 
 @pytest.mark.parametrize(
@@ -172,3 +181,68 @@ def test_ap_sum_and_mean_scales_give_the_same_updates(estimator):
     visited = mods["mean"].state.visited()
     assert visited.sum() > 4
     assert torch.allclose(mods["sum"].state.value[visited], 40 * mods["mean"].state.value[visited], rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------- multi-task AP
+def _multitask_module(labels, x, objective=None):
+    sizes = multilabel_sizes(labels)
+    torch.manual_seed(0)
+    model = nn.Linear(x.shape[1], labels.shape[1])
+    module = SOX(model, objective or AveragePrecisionSurrogate(), data_sizes=sizes, state_dtype="float64", ema_weight=1.0)
+    return module.double()
+
+
+def _multitask_grads(module, loss):
+    return torch.cat([g.flatten() for g in torch.autograd.grad(loss, list(module.model.parameters()))])
+
+
+def test_exact_value_is_the_mean_over_tasks_of_each_tasks_smoothed_ap():
+    labels = multilabel_labels(tasks=3, positives=5)
+    x = torch.randn(24, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    module = _multitask_module(labels, x)
+    batch = multilabel_full_batch(labels, x)
+    obj = module.objective
+    s = torch.sigmoid(module.model(x)).detach()
+    per_task = []
+    for t in range(3):  # a direct double loop over each task's labeled samples
+        lab = [i for i in range(24) if labels[i, t] >= 0]
+        terms = []
+        for i in (i for i in lab if labels[i, t] == 1):
+            num = sum(float(obj.loss(s[j, t] - s[i, t])) for j in lab if labels[j, t] == 1)
+            den = sum(float(obj.loss(s[j, t] - s[i, t])) for j in lab)
+            terms.append(num / den)
+        per_task.append(-np.mean(terms))
+    assert float(obj.exact_value(module(batch), batch).detach()) == pytest.approx(np.mean(per_task), rel=1e-12)
+
+
+@pytest.mark.parametrize("u_for_gradient", ["previous", "fresh"])
+def test_estimator_equals_autograd_gradient_of_the_mean_over_tasks(u_for_gradient):
+    labels = multilabel_labels(tasks=3, positives=5)  # equal positives per task, as the sampler draws them
+    x = torch.randn(24, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    module = _multitask_module(labels, x)
+    module.u_for_gradient = u_for_gradient
+    batch = multilabel_full_batch(labels, x)
+    assert module.state.num_rows == 15  # one row per (task, positive) pair
+    true_grad = _multitask_grads(module, module.objective.exact_value(module(batch), batch))
+    est1 = _multitask_grads(module, module.compositional_loss(module(batch), batch)[0])  # first visit: exact u
+    est2 = _multitask_grads(module, module.compositional_loss(module(batch), batch)[0])  # state holds g(w) exactly
+    assert torch.allclose(est1, true_grad, rtol=1e-10, atol=1e-13)
+    assert torch.allclose(est2, true_grad, rtol=1e-10, atol=1e-13)
+    assert true_grad.abs().max() > 1e-3
+
+
+def test_an_anchors_inner_value_ignores_the_other_tasks_positions():
+    labels = multilabel_labels(tasks=3, positives=5)
+    x = torch.randn(24, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    module = _multitask_module(labels, x)
+    sampler = MultiLabelSampler(labels, tasks_per_batch=3, num_positives=2, num_negatives=2, seed=0)
+    dataset = MultiLabelPairDataset(TensorDictDataset(x=x, y=labels, index=torch.arange(24)), labels)
+    batch = dataset.__getitems__(next(iter(sampler)))
+    scores = module(batch).detach().requires_grad_(True)
+    inner = module.objective.inner(scores, batch)
+    anchors = (batch["pos_index"] >= 0).nonzero().flatten()
+    for row, anchor in enumerate(anchors.tolist()):
+        (grad,) = torch.autograd.grad(inner.value[row].sum(), scores, retain_graph=True)
+        other = batch["task"] != batch["task"][anchor]
+        assert other.any() and grad[other].abs().max() == 0
+        assert grad[~other].abs().max() > 0
