@@ -17,6 +17,23 @@ class TensorDictDataset(Dataset):
 
     With a batch sampler, the DataLoader calls :meth:`__getitems__` with the batch's indices, so no per-sample
     collation happens (use ``collate_fn=identity_collate``). Items are dicts of the fields' rows.
+
+    Args:
+        **fields: the named fields, each ``[N, ...]`` (a tensor, or anything with ``shape`` and ``index_select``
+            such as :class:`SparseRows`).
+
+    Raises:
+        ValueError: fields with different numbers of rows N.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.data import TensorDictDataset
+        >>> data = TensorDictDataset(x=torch.arange(12.0).reshape(6, 2), y=torch.tensor([0, 1, 0, 1, 1, 0]))
+        >>> len(data), data[1]["x"].tolist()
+        (6, [2.0, 3.0])
+        >>> batch = data.__getitems__([4, 1])  # what the DataLoader asks for with a batch sampler
+        >>> batch["x"].shape, batch["y"].tolist()
+        (torch.Size([2, 2]), [1, 1])
     """
 
     def __init__(self, **fields: torch.Tensor) -> None:
@@ -46,14 +63,29 @@ def check_split_fractions(val_fraction: float, test_fraction: float) -> None:
 
 
 class SparseRows:
-    """A sparse ``[N, D]`` feature matrix kept as its CSR arrays, usable as a field of :class:`TensorDictDataset`:
-    a batch of rows is a ``torch.sparse_csr`` tensor ``[B, D]`` built in O(B + the rows' stored values).
+    """A sparse ``[N, D]`` feature matrix kept as its CSR arrays, usable as a field of :class:`TensorDictDataset`.
+
+    A batch of rows is a ``torch.sparse_csr`` tensor ``[B, D]`` built in O(B + the rows' stored values).
 
     Args:
         indptr: ``[N + 1]`` int64 row offsets.
         indices: ``[nnz]`` 0-based columns (int32 or int64; memory-mapped arrays are read, never copied whole).
         values: ``[nnz]`` float32 (or float64) values.
         num_columns: D.
+
+    Raises:
+        ValueError: inconsistent CSR arrays (``indptr`` empty or not 1-D, ``indptr[-1]``, ``indices`` and
+            ``values`` of different lengths); :meth:`index_select` along a ``dim`` other than 0.
+
+    Example:
+        >>> import numpy as np
+        >>> import torch
+        >>> from fccolit.data import SparseRows
+        >>> rows = SparseRows(np.array([0, 2, 2, 3]), np.array([0, 3, 1]), np.array([1.0, 2.0, 5.0], np.float32), 4)
+        >>> len(rows), rows.shape
+        (3, (3, 4))
+        >>> rows.index_select(0, torch.tensor([2, 0])).to_dense().tolist()
+        [[0.0, 5.0, 0.0, 0.0], [1.0, 0.0, 0.0, 2.0]]
     """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, num_columns: int) -> None:

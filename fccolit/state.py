@@ -52,12 +52,26 @@ _EXACT_FLOAT64_INTEGERS = 2**53  # every integer up to this is exact in float64 
 
 @dataclass
 class StateUpdate:
-    """Rows of one step, aligned with the ``index`` passed to :meth:`IndexedState.update`.
+    """The batch's state rows before and after one :meth:`IndexedState.update`, aligned with its ``index``.
 
-    Attributes:
+    Args:
         previous: ``[B, dim]`` u before this step's update (u^{t−1} in SOX; for a first visit, the estimate).
         current: ``[B, dim]`` u after this step's update (the "fresh" u of SOAP / LibAUC / SONEX).
         first_visit: ``[B]`` bool, the row had never been visited before this step.
+
+    Raises:
+        Nothing (a plain record, returned by :meth:`IndexedState.update`).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.state import IndexedState
+        >>> state = IndexedState(num_rows=3)  # the first visit sets u_i to the estimate
+        >>> update = state.update(torch.tensor([1, 2]), torch.tensor([[2.0], [4.0]]), ema_weight=0.5)
+        >>> update.first_visit.tolist(), update.current.flatten().tolist()
+        ([True, True], [2.0, 4.0])
+        >>> update = state.update(torch.tensor([1]), torch.tensor([[0.0]]), ema_weight=0.5)
+        >>> update.first_visit.tolist(), update.previous.item(), update.current.item()  # (1 − γ)·2 + γ·0
+        ([False], 2.0, 1.0)
     """
 
     previous: torch.Tensor

@@ -12,8 +12,34 @@ __all__ = ["Evaluation"]
 
 
 class Evaluation:
-    """Mixin of the fccolit LightningModules: one set of metrics per stage in ``self.metrics`` (built from
-    :attr:`metric_names` by :meth:`build_metrics`), updated by the evaluation steps and logged at their epoch's end."""
+    """Mixin of the fccolit LightningModules: their validation, test and predict steps and metric logging.
+
+    One set of metrics per stage in ``self.metrics`` (built from :attr:`metric_names` by :meth:`build_metrics`),
+    updated by the evaluation steps with :meth:`evaluation_scores` and logged as ``{stage}/{metric}`` at their
+    epoch's end; evaluation never touches the per-index state.
+
+    Args:
+        None: a mixin without a constructor; the host module provides ``metric_names``, ``data_sizes``,
+            ``evaluation_figures`` and ``self.metrics`` (:class:`~fccolit.algorithms.base.FCCOModule` does).
+
+    Raises:
+        KeyError: an evaluation step of a stage without a metric group in ``self.metrics``; and the metrics' own
+            errors (:func:`~fccolit.metrics.build_metric` for an unknown metric name).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.algorithms import Supervised
+        >>> from fccolit.models import LinearScorer
+        >>> module = Supervised(LinearScorer(), data_sizes={"num_features": 3})
+        >>> sorted(module.metrics)
+        ['test', 'val']
+        >>> batch = {"x": torch.randn(6, 3), "y": torch.tensor([1, 0, 0, 1, 0, 1])}
+        >>> module.validation_step(batch, 0)  # updates module.metrics["val"]
+        >>> sorted(module.metrics["val"].named_values(None))
+        ['ap', 'auroc', 'pauc_0.05_0.5']
+        >>> module.predict_step(batch, 0).shape
+        torch.Size([6])
+    """
 
     def build_metrics(self) -> EvaluationMetrics:
         """A fresh set of the module's evaluation metrics, one set per stage in ``self.metrics`` (``"val"``,

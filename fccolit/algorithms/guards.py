@@ -33,8 +33,33 @@ def naming_the_step(training_step: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class FiniteSteps:
-    """Mixin of the fccolit LightningModules: :meth:`check_finite_step` before every optimizer step, and no
-    checkpoint with non-finite parameters or optimizer state (:meth:`on_save_checkpoint`)."""
+    """Mixin of the fccolit LightningModules: no optimizer step on a non-finite gradient, no non-finite checkpoint.
+
+    :meth:`check_finite_step` runs before every optimizer step; :meth:`on_save_checkpoint` refuses a checkpoint
+    with non-finite parameters or optimizer state.
+
+    Args:
+        None: a mixin without a constructor (the host is a LightningModule).
+
+    Raises:
+        FloatingPointError: :meth:`check_finite_step` on a non-finite gradient or loss (the step is not taken);
+            :meth:`on_save_checkpoint` on non-finite parameters or optimizer state (the checkpoint is not written).
+            Both name the global step and epoch.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.algorithms import Supervised
+        >>> from fccolit.models import LinearScorer
+        >>> module = Supervised(LinearScorer(), data_sizes={"num_features": 3})
+        >>> optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+        >>> module({"x": torch.randn(4, 3)}).sum().backward()
+        >>> module.check_finite_step(optimizer)  # finite: nothing happens
+        >>> _ = next(module.parameters()).grad.fill_(float("nan"))
+        >>> module.check_finite_step(optimizer)
+        Traceback (most recent call last):
+        ...
+        FloatingPointError: Supervised: non-finite gradient at global step 0 (epoch 0): the optimizer step was not taken...
+    """
 
     def check_finite_step(self, optimizer: Any, loss: torch.Tensor | None = None) -> None:
         """Raise ``FloatingPointError`` before ``optimizer`` steps on a non-finite gradient (or ``loss``): the step

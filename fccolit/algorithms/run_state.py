@@ -40,7 +40,28 @@ def _plain_settings(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 class RunState:
-    """Mixin of the fccolit LightningModules (see the module docstring); :meth:`init_run_state` in the constructor."""
+    """Mixin of the fccolit LightningModules: per-step seeds of the generators and the epoch's objective total.
+
+    See the module docstring; the host calls :meth:`init_run_state` in its constructor.
+
+    Args:
+        None: a mixin without a constructor (the host is a LightningModule).
+
+    Raises:
+        Nothing of its own (DDP collectives raise what ``torch.distributed`` raises).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.algorithms import Supervised
+        >>> from fccolit.models import LinearScorer
+        >>> module = Supervised(LinearScorer(), data_sizes={"num_features": 3})
+        >>> module.on_fit_start()  # draws the run seed (seed_everything's seed when there is one)
+        >>> module.seed_step_generators(batch_idx=3)
+        >>> first = torch.rand(2)
+        >>> module.seed_step_generators(batch_idx=3)  # the same batch of the same epoch draws the same numbers
+        >>> torch.equal(first, torch.rand(2))
+        True
+    """
 
     training_estimate_name = "train/objective"  # what log_objective_estimate logs (and its "_epoch" mean)
 

@@ -111,8 +111,29 @@ def default_cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class CacheUse:
-    """One call of :func:`cached_arrays`: the entry's folder and whether it was found (``hit``) or built; a built
-    entry that could not be written is ``stored=False`` (the arrays were used uncached)."""
+    """One call of :func:`cached_arrays`: the entry's folder and whether it was found or built.
+
+    Collected by :func:`recording_cache_uses`; :meth:`describe` says it in words (the DataModules log it).
+
+    Args:
+        entry: the entry's folder ``<cache_dir>/<key>``.
+        hit: the entry was found and loaded (False: it was built by ``build_fn``).
+        stored: a built entry was written (False: the cache folder could not be written and the arrays were used
+            uncached).
+
+    Raises:
+        Nothing: a frozen record (assigning a field raises ``dataclasses.FrozenInstanceError``).
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from fccolit.io.cache import cached_arrays, recording_cache_uses
+        >>> with tempfile.TemporaryDirectory() as folder, recording_cache_uses() as uses:
+        ...     for _ in range(2):
+        ...         _ = cached_arrays(folder, "demo", lambda: {"x": np.arange(3)}, mmap=False)
+        ...     print([use.hit for use in uses], uses[1].describe().startswith("cache hit"))
+        [False, True] True
+    """
 
     entry: Path
     hit: bool
@@ -151,7 +172,32 @@ def _record(entry: Path, hit: bool, stored: bool = True) -> None:
 
 
 class CorruptCacheEntry(RuntimeError):
-    """A cache entry whose files do not match its ``meta.json`` (or whose ``meta.json`` is unreadable)."""
+    """Error: a cache entry whose files do not match its ``meta.json`` (or whose ``meta.json`` is unreadable).
+
+    Raised inside :func:`cached_arrays` when it loads an entry (a file's size or SHA-256 differs from
+    ``meta.json``, another format version, an array of another dtype or shape); :func:`cached_arrays` catches it,
+    sets the entry aside with a warning and rebuilds it, so callers see it only as that warning.
+
+    Args:
+        message: what does not match (the ``RuntimeError`` message).
+
+    Raises:
+        Nothing itself: it is the exception.
+
+    Example:
+        >>> import tempfile, warnings
+        >>> from pathlib import Path
+        >>> import numpy as np
+        >>> from fccolit.io.cache import cached_arrays
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = cached_arrays(folder, "demo", lambda: {"x": np.arange(3)}, mmap=False)
+        ...     _ = (Path(folder) / "demo" / "x.npy").write_bytes(b"damaged")
+        ...     with warnings.catch_warnings(record=True) as caught:
+        ...         warnings.simplefilter("always")
+        ...         x = cached_arrays(folder, "demo", lambda: {"x": np.arange(3)}, mmap=False)["x"]
+        >>> x.tolist(), "is corrupt" in str(caught[0].message)
+        ([0, 1, 2], True)
+    """
 
 
 def _load(entry: Path, mmap: bool) -> dict[str, np.ndarray]:

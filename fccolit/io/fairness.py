@@ -61,7 +61,37 @@ COMPAS_FILTER_COLUMNS = ("days_b_screening_arrest", "is_recid", "score_text")
 
 
 class Table:
-    """Parsed rows of :func:`parse_adult` / :func:`parse_compas`: ``columns[name]`` (list of str), ``y`` / ``group`` (int8 arrays) and source ``lines``."""
+    """Parsed rows of :func:`parse_adult` / :func:`parse_compas`: feature columns, label, group and source line.
+
+    ``len()`` is the number of rows N; ``y``, ``group`` and ``lines`` are numpy arrays (int8, int8, int64).
+
+    Args:
+        columns: ``{name: [N] list of str}``, the feature fields as written (continuous ones checked to be numbers).
+        y: ``[N]`` labels in {0, 1} (Adult: income ``>50K``; COMPAS: ``two_year_recid``).
+        group: ``[N]`` protected group in {0, 1} (Adult: female; COMPAS: not Caucasian).
+        lines: ``[N]`` 1-based line of each row in the file.
+
+    Raises:
+        Nothing itself; the readers raise ``FileNotFoundError`` for a missing file (naming where to download it)
+        and ``ValueError`` naming the file, line and field for a malformed row.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from fccolit.io.fairness import parse_adult
+        >>> rows = ("39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, "
+        ...         "2174, 0, 40, United-States, <=50K\\n"
+        ...         "31, Private, 45781, Masters, 14, Never-married, Prof-specialty, Not-in-family, White, Female, "
+        ...         "14084, 0, 50, United-States, >50K\\n")
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "adult.data"
+        ...     _ = path.write_text(rows)
+        ...     table = parse_adult(path)
+        >>> len(table), table.y.tolist(), table.group.tolist(), table.lines.tolist()
+        (2, [0, 1], [0, 1], [1, 2])
+        >>> table.columns["education"]
+        ['Bachelors', 'Masters']
+    """
 
     def __init__(self, columns: dict[str, list[str]], y: list[int], group: list[int], lines: list[int]) -> None:
         self.columns, self.lines = columns, np.asarray(lines, dtype=np.int64)

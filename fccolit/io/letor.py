@@ -58,13 +58,30 @@ _DIGITS = re.compile(r"[0-9]+")
 
 
 class LetorFile(NamedTuple):
-    """A parsed ranking file, one row per document in file order.
+    """A parsed learning-to-rank file (:func:`parse_letor`), one row per document in file order.
 
-    Attributes:
+    Args:
         relevance: ``[N]`` float32 labels (>= 0).
         qid: ``[N]`` the raw query ids: int64 when every id is a decimal integer, else fixed-width bytes.
         features: ``[N, F]`` float32 dense features (absent ones 0; column ``j`` is the file's index ``j + 1``).
         lines: ``[N]`` int64 1-based line of each document.
+
+    Raises:
+        Nothing itself (a plain record); :func:`parse_letor` raises ``FileNotFoundError`` for a missing file and
+        ``ValueError`` naming the file, line and field for a malformed line.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from fccolit.io.letor import parse_letor
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "train.txt"
+        ...     _ = path.write_text("2 qid:7 1:0.5 3:1.0\\n0 qid:7 2:0.25\\n1 qid:9 1:1.0 # docid = d3\\n")
+        ...     parsed = parse_letor(path)
+        >>> parsed.relevance.tolist(), parsed.qid.tolist(), parsed.features.shape
+        ([2.0, 0.0, 1.0], [7, 7, 9], (3, 3))
+        >>> parsed.features[1].tolist(), parsed.lines.tolist()
+        ([0.0, 0.25, 0.0], [1, 2, 3])
     """
 
     relevance: np.ndarray

@@ -79,9 +79,9 @@ _COLON_TO_SPACE = bytes.maketrans(b":", b" ")
 
 
 class LibSVMFile(NamedTuple):
-    """A parsed file in CSR form (row ``i`` holds ``indices[indptr[i]:indptr[i+1]]``).
+    """A parsed LIBSVM file (:func:`parse_libsvm`) in CSR form: row ``i`` is ``indices[indptr[i]:indptr[i+1]]``.
 
-    Attributes:
+    Args:
         labels: ``[N]`` float64, one per non-blank line, in file order.
         indptr: ``[N + 1]`` int64 row offsets into ``indices`` / ``values``.
         indices: ``[nnz]`` int64 **0-based** column of each stored value.
@@ -89,6 +89,23 @@ class LibSVMFile(NamedTuple):
         num_features: D (``num_features`` if given, else the largest column seen + 1).
         lines: ``[N]`` int64 1-based line number of each row in the file (blank and comment lines are skipped).
         path: the file it was read from (named by the errors of :meth:`to_dense`).
+
+    Raises:
+        Nothing at construction (a plain record). :meth:`to_dense`: ``ValueError`` for a ``num_features``
+        narrower than the file's, ``MemoryError`` when the dense matrix would not fit in memory.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from fccolit.io.libsvm import parse_libsvm
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "a9a"
+        ...     _ = path.write_text("+1 1:0.5 3:1\\n-1 2:2 # a comment\\n")
+        ...     parsed = parse_libsvm(path)
+        >>> parsed.labels.tolist(), parsed.indptr.tolist(), parsed.indices.tolist(), parsed.num_features
+        ([1.0, -1.0], [0, 2, 3], [0, 2, 1], 3)
+        >>> parsed.to_dense(num_features=4).tolist()
+        [[0.5, 0.0, 1.0, 0.0], [0.0, 2.0, 0.0, 0.0]]
     """
 
     labels: np.ndarray
@@ -197,13 +214,32 @@ def _read_bytes(path: Path) -> bytes:
 
 
 class ParsedChunk(NamedTuple):
-    """LIBSVM lines parsed by :func:`parse_chunk` (sparse rows, as written)."""
+    """LIBSVM lines parsed by :func:`parse_chunk` (sparse rows, as written: indices not yet shifted to 0-based).
 
-    labels: np.ndarray  # [n] float64
-    lines: np.ndarray  # [n] int64, 0-based line within the chunk
-    counts: np.ndarray  # [n] int64 features per row
-    indices: np.ndarray  # [nnz] int64 as written in the file
-    values: np.ndarray  # [nnz] float64
+    Args:
+        labels: ``[n]`` float64, one per non-blank line.
+        lines: ``[n]`` int64, 0-based line within the chunk.
+        counts: ``[n]`` int64 features per row.
+        indices: ``[nnz]`` int64 as written in the file.
+        values: ``[nnz]`` float64.
+
+    Raises:
+        Nothing (a plain record; :func:`parse_chunk` returns None instead of one when a line looks off).
+
+    Example:
+        >>> from fccolit.io.libsvm import parse_chunk
+        >>> chunk = parse_chunk(b"1 1:0.5 4:2\\n0 2:1\\n", lower=1, upper=None)
+        >>> chunk.labels.tolist(), chunk.lines.tolist(), chunk.counts.tolist(), chunk.indices.tolist()
+        ([1.0, 0.0], [0, 1], [2, 1], [1, 4, 2])
+        >>> parse_chunk(b"1 1:abc\\n", lower=1, upper=None) is None  # left to the line-by-line parser
+        True
+    """
+
+    labels: np.ndarray
+    lines: np.ndarray
+    counts: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
 
 
 _POW10_INT = 10 ** np.arange(19, dtype=np.int64)

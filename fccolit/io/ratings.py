@@ -74,11 +74,31 @@ _FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 class Ratings(NamedTuple):
     """Parsed ratings, one entry per rating line, in file order (the order breaks ties in time).
 
-    Attributes:
+    Returned by :func:`read_movielens_ratings` and :func:`read_netflix_ratings`; ``len()`` is the number of
+    ratings N.
+
+    Args:
         user: ``[N]`` int64 raw user ids as in the file.
         item: ``[N]`` int64 raw item (movie) ids.
         rating: ``[N]`` float32 ratings.
         time: ``[N]`` int64: Unix seconds (MovieLens) or days since 1970-01-01 (Netflix).
+
+    Raises:
+        Nothing itself (a plain record); the readers raise ``FileNotFoundError`` for a missing file and
+        ``ValueError`` naming the file, line and field for a malformed line.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from fccolit.io.ratings import read_movielens_ratings
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "ratings.csv"
+        ...     _ = path.write_text("userId,movieId,rating,timestamp\\n1,31,2.5,1260759144\\n7,1029,3.0,1260759179\\n")
+        ...     ratings = read_movielens_ratings(path)
+        >>> len(ratings), ratings.user.tolist(), ratings.item.tolist(), ratings.rating.tolist()
+        (2, [1, 7], [31, 1029], [2.5, 3.0])
+        >>> ratings.time.tolist()
+        [1260759144, 1260759179]
     """
 
     user: np.ndarray

@@ -13,13 +13,24 @@ from fccolit.models.mlp import SizedModel
 class ListMLP(SizedModel):
     """A pointwise MLP scorer applied to every entry of every list: ``[B, L, F] -> [B, L]``.
 
+    ``forward(features, mask=None)``: the mask ``[B, L]`` is accepted for a uniform interface; entries are scored
+    independently, so padding cannot change the scores of real entries.
+
     Args:
-        in_features: F (None: the DataModule's ``num_features``).
+        in_features: F (None: the DataModule's ``num_features``, set by :meth:`~SizedModel.bind_sizes`).
         hidden: widths of the hidden layers.
         dropout: dropout after each hidden activation.
 
-    ``forward(features, mask=None)``: the mask is accepted for a uniform interface; entries are scored
-    independently, so padding cannot change the scores of real entries.
+    Raises:
+        ValueError: :meth:`~SizedModel.bind_sizes` with a ``num_features`` other than an explicit ``in_features``.
+        RuntimeError: ``forward`` before the layers exist (``in_features=None`` and no sizes bound yet).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import ListMLP
+        >>> model = ListMLP(in_features=5, hidden=[8])
+        >>> model(torch.randn(2, 4, 5), torch.ones(2, 4, dtype=torch.bool)).shape
+        torch.Size([2, 4])
     """
 
     def __init__(self, in_features: int | None = None, hidden: Sequence[int] = (64, 32), dropout: float = 0.0) -> None:
@@ -48,7 +59,7 @@ class ListMLP(SizedModel):
 
 
 class ContextAwareRanker(SizedModel):
-    """Context-aware list scorer (Pobrotyn et al. 2020), the LTR backbone of Qiu et al. (ICML 2022).
+    """Context-aware list scorer ``[B, L, F] -> [B, L]`` (Pobrotyn et al. 2020), Qiu et al.'s (ICML 2022) LTR backbone.
 
     Qiu et al., arXiv:2202.12183, §7.1. Every entry's score depends on the whole list through self-attention over
     its real entries.
@@ -65,6 +76,25 @@ class ContextAwareRanker(SizedModel):
         num_heads: attention heads (1).
         dim_feedforward: d_ff (384).
         dropout: dropout in the encoder (0.1).
+
+    ``forward(features [B, L, F], mask [B, L] | None) -> [B, L]``.
+
+    Raises:
+        ValueError: ``d_model`` not divisible by ``num_heads``; :meth:`~SizedModel.bind_sizes` with a
+            ``num_features`` other than an explicit ``in_features``.
+        RuntimeError: ``forward`` before the layers exist (``in_features=None`` and no sizes bound yet).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import ContextAwareRanker
+        >>> model = ContextAwareRanker(in_features=5, d_model=8, num_layers=1, dim_feedforward=16).eval()
+        >>> features, mask = torch.randn(2, 4, 5), torch.tensor([[True] * 4, [True, True, False, False]])
+        >>> scores = model(features, mask)
+        >>> scores.shape
+        torch.Size([2, 4])
+        >>> features[1, 2:] = 100.0  # padded entries do not change the scores of real ones
+        >>> torch.allclose(model(features, mask)[1, :2], scores[1, :2])
+        True
     """
 
     def __init__(

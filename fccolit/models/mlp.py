@@ -15,11 +15,35 @@ from torch import nn
 
 
 class SizedModel(nn.Module):
-    """A backbone whose input width can come from the data.
+    """A backbone whose input width can come from the data: a base class, subclasses implement :meth:`build`.
 
     The algorithm module calls :meth:`bind_sizes` with the DataModule's ``sizes`` (linked by the CLI). A model
     built with ``in_features=None`` creates its layers then; one built with an explicit width checks that the
-    data agrees and otherwise names both numbers.
+    data agrees and otherwise names both numbers. ``forward(x) = self.net(x).squeeze(-1)``.
+
+    Args:
+        in_features: input width (None: ``sizes[size_key]`` of the data, ``"num_features"`` by default).
+
+    Raises:
+        ValueError: :meth:`bind_sizes` with a width other than an explicit ``in_features``.
+        RuntimeError: ``forward`` before the layers exist (``in_features=None`` and no sizes bound yet).
+        NotImplementedError: a subclass without :meth:`build`.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from fccolit.models import SizedModel
+        >>> class Linear(SizedModel):
+        ...     def build(self, in_features):
+        ...         self.net = nn.Linear(in_features, 1)
+        >>> model = Linear(None)  # no layers yet
+        >>> model.bind_sizes({"num_features": 3})
+        >>> model(torch.randn(4, 3)).shape
+        torch.Size([4])
+        >>> model.bind_sizes({"num_features": 5})
+        Traceback (most recent call last):
+        ...
+        ValueError: Linear was configured with in_features=3 but the data has num_features=5: ...
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
@@ -68,6 +92,22 @@ class SparseInputLinear(nn.Linear):
     weight's gradient stays a dense ``[out, in_features]`` tensor, as every torch optimizer expects). The input's
     values must have the weight's dtype, as for a dense input. On CUDA, ``index_add_`` sums in an arbitrary order
     unless ``torch.use_deterministic_algorithms(True)``.
+
+    Args:
+        in_features, out_features, bias, device, dtype: as for ``nn.Linear``.
+
+    Raises:
+        ValueError: a sparse input that is not 2-D or is not ``in_features`` wide.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import SparseInputLinear
+        >>> layer = SparseInputLinear(4, 2)
+        >>> dense = torch.tensor([[0.0, 1.5, 0.0, 2.0], [3.0, 0.0, 0.0, 0.0]])
+        >>> layer(dense.to_sparse_csr()).shape
+        torch.Size([2, 2])
+        >>> torch.allclose(layer(dense.to_sparse_csr()), layer(dense))  # the same map in both layouts
+        True
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -85,7 +125,24 @@ class SparseInputLinear(nn.Linear):
 
 
 class LinearScorer(SizedModel):
-    """``s(x) = ⟨w, x⟩ + b``. Input ``[B, in_features]`` (dense or sparse CSR), output ``[B]``."""
+    """Linear scorer ``s(x) = ⟨w, x⟩ + b``: input ``[B, in_features]`` (dense or sparse CSR), output ``[B]``.
+
+    Args:
+        in_features: input width D (None: the DataModule's ``num_features``, set by :meth:`~SizedModel.bind_sizes`).
+        bias: learn the offset ``b``.
+
+    Raises:
+        ValueError: :meth:`~SizedModel.bind_sizes` with a ``num_features`` other than an explicit ``in_features``;
+            a sparse input of another width (:class:`SparseInputLinear`).
+        RuntimeError: ``forward`` before the layers exist (``in_features=None`` and no sizes bound yet).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import LinearScorer
+        >>> model = LinearScorer(in_features=3)
+        >>> model(torch.randn(4, 3)).shape
+        torch.Size([4])
+    """
 
     def __init__(self, in_features: int | None = None, bias: bool = True) -> None:
         self.bias = bias
@@ -96,7 +153,7 @@ class LinearScorer(SizedModel):
 
 
 class MLP(SizedModel):
-    """Multi-layer perceptron scorer.
+    """Multi-layer perceptron scorer ``[B, in_features] -> [B]`` (or ``[B, out_features]``).
 
     Input ``[B, in_features]`` (dense or sparse CSR: the first layer is a :class:`SparseInputLinear`, an embedding
     bag on sparse rows), output ``[B]`` (or ``[B, out_features]``).
@@ -106,6 +163,19 @@ class MLP(SizedModel):
         hidden: widths of the hidden layers.
         out_features: 1 for a scorer.
         dropout: dropout after each hidden activation.
+
+    Raises:
+        ValueError: :meth:`~SizedModel.bind_sizes` with a ``num_features`` other than an explicit ``in_features``;
+            a sparse input of another width (:class:`SparseInputLinear`).
+        RuntimeError: ``forward`` before the layers exist (``in_features=None`` and no sizes bound yet).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import MLP
+        >>> MLP(in_features=3, hidden=[8])(torch.randn(4, 3)).shape
+        torch.Size([4])
+        >>> MLP(in_features=3, hidden=[8], out_features=2)(torch.randn(4, 3)).shape
+        torch.Size([4, 2])
     """
 
     def __init__(

@@ -17,9 +17,9 @@ from torch import nn
 
 
 class NeuMF(nn.Module):
-    """Neural matrix factorization: a GMF branch and an MLP branch on user and item embeddings.
+    """Neural matrix factorization scorer of (user, item) pairs: ``forward(query [B], items [B, L]) -> [B, L]``.
 
-    One linear prediction layer on their concatenation (the "last layer" that the warm-up protocol
+    A GMF branch and an MLP branch on user and item embeddings, and one linear prediction layer on their concatenation (the "last layer" that the warm-up protocol
     re-initializes).
 
     ``score(u, i) = wᵀ [ p_u ⊙ q_i ; MLP([p'_u ; q'_i]) ] + b``
@@ -32,11 +32,28 @@ class NeuMF(nn.Module):
         init_std: standard deviation of the normal initialization of the embeddings (0.01, He et al.).
         sparse_embeddings: sparse gradients for the four embedding tables, so that an optimizer that updates only
             the batch's rows (:class:`fccolit.optim.LazyAdam`) costs O(batch) instead of O(users + items) per step
-            (`benchmarks/results/libauc_compare.md`: 1.17× the steps per second of dense Adam at 2,000 users ×
-            26,556 items). Takes an optimizer that accepts sparse gradients, and no gradient clipping by norm.
+            (timings: ``benchmarks/results/libauc_compare.md``). Takes an optimizer that accepts sparse gradients,
+            and no gradient clipping by norm.
 
     Shapes: ``forward(query [B], items [B, L]) -> [B, L]``; ``score_all(query [U]) -> [U, num_items]``. Item ids
     of −1 (padding) are scored as item 0; callers mask them.
+
+    Raises:
+        ValueError: empty ``layers``; :meth:`bind_sizes` with other sizes than explicit ``num_users`` /
+            ``num_items``.
+        KeyError: :meth:`bind_sizes` with sizes lacking ``num_users`` or ``num_items`` (not a recommendation
+            DataModule).
+        RuntimeError: ``forward`` / ``score_all`` / ``last_layer`` before the tables exist.
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import NeuMF
+        >>> model = NeuMF(embedding_dim=4, layers=[8])
+        >>> model.bind_sizes({"num_users": 5, "num_items": 7})
+        >>> model(torch.tensor([0, 3]), torch.tensor([[1, 2, -1], [6, 0, 5]])).shape
+        torch.Size([2, 3])
+        >>> model.score_all(torch.tensor([0, 1, 4])).shape
+        torch.Size([3, 7])
     """
 
     def __init__(

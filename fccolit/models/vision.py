@@ -104,7 +104,7 @@ class _BasicBlock(nn.Module):
 
 
 class ResNet20(_OutputSized):
-    """ResNet-20 for 32×32 images (He et al. 2016).
+    """ResNet-20 image scorer ``[B, 3, 32, 32] -> [B]`` or ``[B, num_outputs]`` (He et al. 2016).
 
     He et al.'s §4.2: a 3×3 conv with 16 channels, three stages of three basic blocks with 16, 32 and 64 channels
     (stride 2 at the start of stages 2 and 3), global average pooling and a linear head. Kaiming-normal
@@ -121,6 +121,23 @@ class ResNet20(_OutputSized):
             newest last.ckpt below it, e.g. ``lightning_logs/cifar_ce_pretrain``), see
             :func:`load_backbone_state`.
         load_head: also load the head from ``weights_path``; default re-initializes it.
+
+    Raises:
+        ValueError: ``depth`` not 6n + 2 with n >= 1; ``load_head=True`` without ``num_outputs``; weights that do
+            not fit the model (missing tensors, other shapes) or a file that holds no state dict;
+            :meth:`bind_sizes` with a ``num_outputs`` other than an explicit one.
+        FileNotFoundError: no file at ``weights_path`` (or a folder without ``last.ckpt``).
+        RuntimeError: ``forward`` before the head exists (``num_outputs=None`` and no sizes bound yet).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import ResNet20
+        >>> ResNet20(num_outputs=1, depth=8)(torch.randn(2, 3, 32, 32)).shape
+        torch.Size([2])
+        >>> model = ResNet20(num_outputs=None, depth=8)
+        >>> model.bind_sizes({"num_outputs": 10})
+        >>> model(torch.randn(2, 3, 32, 32)).shape
+        torch.Size([2, 10])
     """
 
     def __init__(
@@ -253,9 +270,9 @@ _TORCHVISION = {
 
 
 class TorchvisionBackbone(_OutputSized):
-    """A torchvision ResNet or DenseNet, built without weights, its head replaced by a fresh linear layer.
+    """A torchvision ResNet or DenseNet scorer ``[B, 3, H, W] -> [B]`` or ``[B, num_outputs]``, with a fresh head.
 
-    Built with ``weights=None``; the new head is ``Linear(feature_dim, num_outputs)``.
+    Built without weights, its head replaced by a fresh linear layer. Built with ``weights=None``; the new head is ``Linear(feature_dim, num_outputs)``.
 
     Pre-trained weights come only from a local file (``weights_path``): e.g. ImageNet weights saved once with
     ``torch.save(torchvision.models.resnet18(weights="DEFAULT").state_dict(), path)`` on a machine with network,
@@ -272,6 +289,22 @@ class TorchvisionBackbone(_OutputSized):
         cifar_stem: for 32×32 inputs, replace the 7×7 stride-2 stem and its max-pool by a 3×3 stride-1 conv (the
             usual CIFAR adaptation; off by default, where a paper does not say).
         memory_efficient: DenseNet's checkpointed concatenation (less memory, slower).
+
+    Raises:
+        ValueError: an unknown ``name``; ``load_head=True`` without ``num_outputs``; weights that do not fit the
+            network (missing tensors, other shapes) or a file that holds no state dict; :meth:`bind_sizes` with a
+            ``num_outputs`` other than an explicit one.
+        FileNotFoundError: no file at ``weights_path`` (or a folder without ``last.ckpt``).
+        RuntimeError: ``forward`` before the head exists (``num_outputs=None`` and no sizes bound yet).
+
+    Example:
+        >>> import torch
+        >>> from fccolit.models import TorchvisionBackbone
+        >>> model = TorchvisionBackbone("resnet18", num_outputs=3, cifar_stem=True).eval()
+        >>> model.head
+        Linear(in_features=512, out_features=3, bias=True)
+        >>> model(torch.randn(1, 3, 8, 8)).shape
+        torch.Size([1, 3])
     """
 
     def __init__(
@@ -336,7 +369,7 @@ def require_transformers() -> None:
 
 
 class CLIPClassifier(_OutputSized):
-    """A CLIP image/text model (transformers' ``CLIPModel``) used as an image classifier.
+    """A CLIP image/text model (transformers' ``CLIPModel``) as an image classifier ``[B, 3, S, S] -> [B, C]``.
 
     Two heads:
 
@@ -368,6 +401,31 @@ class CLIPClassifier(_OutputSized):
         logit_scale: a fixed multiplier of the cosine similarities in place of CLIP's learned
             ``exp(logit_scale)`` (which is then frozen): e.g. 1.0 outputs the cosines themselves, for objectives
             that apply their own temperature (Chen et al.'s continual learning, τ = 0.05). None: the learned one.
+
+    Raises:
+        ImportError: transformers is not installed (the ``clip`` extra).
+        ValueError: an unknown ``head``; neither ``pretrained_path`` nor ``config``; ``logit_scale`` <= 0; the
+            zero-shot head without ``prompts`` or without a tokenizer folder, with a ``target`` that is not a
+            prompt index (or fewer than two prompts), with a ``num_outputs`` other than its own, or with a tokenizer
+            that does not fit the text model; :meth:`bind_sizes` with another ``num_outputs``.
+        FileNotFoundError: ``pretrained_path`` or ``tokenizer_path`` is not a folder (nothing is downloaded).
+        RuntimeError: ``forward`` of the linear head before it exists (``num_outputs=None``, no sizes bound).
+
+    Example:
+        A tiny random CLIP (:func:`write_tiny_clip`: two layers of width 32 per tower), 32×32 images:
+
+        >>> import tempfile
+        >>> import torch
+        >>> from fccolit.models import CLIPClassifier
+        >>> from fccolit.models.vision import write_tiny_clip
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = write_tiny_clip(folder, image_size=32, patch_size=16)
+        ...     model = CLIPClassifier(pretrained_path=folder, prompts=["foggy.", "clear.", "rainy."])
+        ...     binary = CLIPClassifier(pretrained_path=folder, prompts=["foggy.", "clear."], target=0)
+        ...     linear = CLIPClassifier(pretrained_path=folder, head="linear", num_outputs=4)
+        >>> x = torch.randn(2, 3, 32, 32)
+        >>> model(x).shape, binary(x).shape, linear(x).shape
+        (torch.Size([2, 3]), torch.Size([2]), torch.Size([2, 4]))
     """
 
     def __init__(

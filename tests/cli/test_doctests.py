@@ -11,7 +11,7 @@ import pytest
 
 #: module -> the classes whose docstring must hold a runnable example
 DOCTESTED = {
-    "fccolit.state": ["IndexedState"],
+    "fccolit.state": ["IndexedState", "StateUpdate"],
     "fccolit.algorithms.sox": ["SOXFamily", "SOX", "BSGD", "SOAP", "MOAP", "ProjectedSOX", "MOAPV1", "MOAPV2", "ADAP"],
     "fccolit.algorithms.song": ["RankingSOX", "SONG", "KSONG", "SOLC"],
     "fccolit.algorithms.sonex": ["theoretical_correction_weight", "NonsmoothFCCOModule", "SONEX", "SONX", "PenaltySOX"],
@@ -46,7 +46,21 @@ DOCTESTED = {
     "fccolit.datamodules.synthetic": ["SyntheticBinaryDataModule"],
     "fccolit.datamodules.synthetic_ranking": ["SyntheticRankingDataModule"],
     "fccolit.datamodules.grouped": ["SyntheticGroupedDataModule"],
+    "fccolit.datamodules.libsvm": ["LibSVMDataModule"],
     "fccolit.metrics.base": ["BatchMetric", "per_task_names", "EvaluationMetrics"],
+    "fccolit.models.ltr": ["ListMLP", "ContextAwareRanker"],
+    "fccolit.models.mlp": ["SizedModel", "SparseInputLinear", "LinearScorer", "MLP"],
+    "fccolit.models.neumf": ["NeuMF"],
+    "fccolit.models.vision": ["ResNet20", "TorchvisionBackbone", "CLIPClassifier"],
+    "fccolit.io.cache": ["CacheUse", "CorruptCacheEntry"],
+    "fccolit.io.fairness": ["Table"],
+    "fccolit.io.letor": ["LetorFile"],
+    "fccolit.io.libsvm": ["LibSVMFile", "ParsedChunk"],
+    "fccolit.io.ratings": ["Ratings"],
+    "fccolit.data": ["TensorDictDataset", "SparseRows"],
+    "fccolit.algorithms.evaluation": ["Evaluation"],
+    "fccolit.algorithms.guards": ["FiniteSteps"],
+    "fccolit.algorithms.run_state": ["RunState"],
 }
 
 
