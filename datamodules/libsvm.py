@@ -143,6 +143,28 @@ class LibSVMDataModule(FCCODataModule):
         layout: ``"auto"``, ``"dense"`` or ``"sparse"`` (see above).
         num_workers, eval_batch_size: DataLoader workers and evaluation batch size.
         cache_dir: where the cache entries live (None: see above).
+
+    Raises:
+        FileNotFoundError: ``root/name`` is not there.
+        ValueError: a malformed line (named by file and line), labels that are not exactly two values, fractions
+            or options out of range (``pos_fraction``, ``normalize`` with the sparse layout, an unknown ``layout``).
+
+    Example:
+        A tiny generated a9a-like pair of files (``toy`` and ``toy.t``):
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from fccolit.datamodules import LibSVMDataModule
+        >>> from fccolit.testing.tabular import write_libsvm
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     write_libsvm(Path(folder), "toy", rows=100, test_rows=40)
+        ...     data = LibSVMDataModule(folder, "toy", val_fraction=0.2, batch_size=16, num_positives=4,
+        ...                             cache_dir=Path(folder) / "cache")
+        ...     data.setup("fit")
+        >>> data.sizes
+        {'num_samples': 80, 'num_positives': 10, 'num_negatives': 70, 'num_features': 12}
+        >>> data.summary().split(";")[0]  # the test split is toy.t
+        'LibSVMDataModule: train 80 rows (10 positives), val 20 rows (3 positives), test 40 rows (6 positives)'
     """
 
     def __init__(
