@@ -11,12 +11,11 @@
 
 Errors name the file, the line and the field.
 
-Why not ``pandas.read_csv``: it reads the real ``adult.data`` in 20 ms, against 0.19 s for this reader
-(``benchmarks/handwritten.py``; 0.83 s before :func:`fccolit.io.libsvm.fits_storage` compared plain floats instead of
-converting each value with numpy), but it checks nothing (a non-numeric age, an unknown income or sex label, a value
-beyond float32), and ``adult.test``'s header line, period-suffixed labels and COMPAS's repeated column names need
-handling either way. These files have 32,561 and 7,214 rows and are parsed once per raw file (the DataModule caches
-the arrays).
+Why not ``pandas.read_csv``: it reads the real ``adult.data`` about ten times faster than this reader
+(``benchmarks/handwritten.py``, timings in ``benchmarks/results/handwritten.md``), but it checks nothing (a
+non-numeric age, an unknown income or sex label, a value beyond float32), and ``adult.test``'s header line,
+period-suffixed labels and COMPAS's repeated column names need handling either way. These files have 32,561 and 7,214
+rows and are parsed once per raw file (the DataModule caches the arrays).
 """
 
 from __future__ import annotations

@@ -27,11 +27,10 @@ line by line, which raises a ``ValueError`` naming the file, the 1-based line an
 Why not scikit-learn's ``load_svmlight_file(query_id=True)``: scikit-learn is only a development dependency, it reads
 only integer query ids, its errors name neither file nor line (``could not convert string to float: b'x'``), and it
 returns float64 CSR, which for dense LETOR features (MSLR's 136 per document) takes 3 to 4× the memory of these
-float32 rows. It tokenizes faster: these readers take 1.33–1.45× its time on the real LightGBM lambdarank sample
-(``benchmarks/handwritten.py``, both densified to float32) and, since files are parsed in 4 MiB pieces
-(:data:`~fccolit.io.text.PARSE_BYTES`; before, a 64 MiB read chunk was parsed at once and its per-byte temporaries
-made it 2.5–5× slower), 1.6× on a generated MSLR-format file of 50,000 documents × 136 features (4.9 s against 3.0 s).
-That time is spent once per raw file (the DataModules cache the arrays).
+float32 rows. It tokenizes faster (these readers take a bit under twice its time, on the real LightGBM lambdarank
+sample and on a generated MSLR-format file, both densified to float32, with files parsed in 4 MiB pieces,
+:data:`~fccolit.io.text.PARSE_BYTES`: ``benchmarks/handwritten.py``, timings in ``benchmarks/results/handwritten.md``),
+but that time is spent once per raw file (the DataModules cache the arrays).
 """
 
 from __future__ import annotations

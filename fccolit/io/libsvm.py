@@ -19,21 +19,19 @@ Ranking files (``<rel> qid:<q> ...``, LETOR / MSLR / Yahoo) are rejected with an
 keeps the query groups.
 
 Speed: the file is parsed in chunks of whole lines with numpy (token boundaries, ``:`` checks and decimal
-conversion run over the raw bytes, exactly as ``float()`` rounds): about 25 MB/s, a9a (2.3 MB, 32,561 lines) in
-under 0.25 s. A chunk that fails any check is re-read by a line-by-line Python parser, which produces the error
-message (file, 1-based line, offending field).
+conversion run over the raw bytes, exactly as ``float()`` rounds). A chunk that fails any check is re-read by a
+line-by-line Python parser, which produces the error message (file, 1-based line, offending field).
 
-Why not scikit-learn's ``load_svmlight_file`` (measured by ``benchmarks/sparse_libsvm.py``, results in
-``benchmarks/RESULTS.md``): on a9a, a9a.t and a generated 111 MiB news20.binary-shaped file both return identical CSR
-arrays and labels in about the same time (ours / sklearn: 1.03, 0.57 and 1.35 in the recorded run on a loaded
-2-core machine, 1.04, 0.70 and 0.98 in an earlier one), so speed is no reason either way; sklearn needs less peak
-memory (183 against 433 MiB on the 111 MiB file; our 4 MiB chunks cost about 150 MiB of temporaries). We keep this reader because scikit-learn (with SciPy) would be a new runtime dependency for
-no gain in speed, and for what it does not do: its errors name neither the file nor the line (``could not convert
-string to float: b'abc'`` against ``a9a line 2: feature '3:abc' is not <index>:<value>``); it accepts values beyond
-float32 (``1e300``) that become ``inf`` in the float32 feature matrix; it reads a LETOR file with ``qid:`` tokens as
-classification data, dropping the query groups silently; it guesses 0- or 1-based indices from the file (``0:1``
-here is an error naming the ``zero_based`` option); and it refuses rows whose indices are not in ascending order,
-which LIBSVM itself does not require.
+Why not scikit-learn's ``load_svmlight_file`` (measured by ``benchmarks/sparse_libsvm.py``, timings and peak memory in
+``benchmarks/results/sparse_libsvm.md``): on a9a, a9a.t and a generated news20.binary-shaped file both return
+identical CSR arrays and labels in about the same time, so speed is no reason either way; sklearn needs less peak
+memory (our 4 MiB chunks cost temporaries). We keep this reader because scikit-learn (with SciPy) would be a new
+runtime dependency for no gain in speed, and for what it does not do: its errors name neither the file nor the line
+(``could not convert string to float: b'abc'`` against ``a9a line 2: feature '3:abc' is not <index>:<value>``); it
+accepts values beyond float32 (``1e300``) that become ``inf`` in the float32 feature matrix; it reads a LETOR file
+with ``qid:`` tokens as classification data, dropping the query groups silently; it guesses 0- or 1-based indices from
+the file (``0:1`` here is an error naming the ``zero_based`` option); and it refuses rows whose indices are not in
+ascending order, which LIBSVM itself does not require.
 """
 
 from __future__ import annotations
