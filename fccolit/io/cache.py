@@ -1,15 +1,15 @@
 """On-disk cache of parsed arrays, shared by the DataModules.
 
 An entry is a directory ``<cache_dir>/<key>/`` holding one ``<name>.npy`` per array and a ``meta.json``, so every
-array loads with ``np.load(..., mmap_mode="r")`` (an ``.npz`` cannot be memory-mapped). The key
-(:func:`cache_key`) hashes the **whole content** of every raw file (SHA-256, streamed: 0.4 s for a 520 MB LIBSVM
-file on a CPU with SHA instructions, against 24 s to parse it) and the preprocessing options: any edited byte, whatever the file's size and modification time, gives a new entry and
-never a stale one. Neither the modification time nor the folder is part of the key, so a copied or touched file
-keeps its entry.
+array loads with ``np.load(..., mmap_mode="r")`` (an ``.npz`` cannot be memory-mapped). The key (:func:`cache_key`)
+hashes the **whole content** of every raw file (SHA-256, streamed: far cheaper than parsing the file) and the
+preprocessing options: any edited byte, whatever the file's size and modification time, gives a new entry and never a
+stale one. Neither the modification time nor the folder is part of the key, so a copied or touched file keeps its
+entry.
 
-``meta.json`` records the size and SHA-256 of every array file; a load checks them (about 1.5 s for a 1.9 GB
-entry), so a corrupt entry (a truncated or overwritten ``.npy``, a damaged ``meta.json``) is never served: it is
-moved aside with a warning and rebuilt.
+``meta.json`` records the size and SHA-256 of every array file; a load checks them (in time proportional to the
+entry's size), so a corrupt entry (a truncated or overwritten ``.npy``, a damaged ``meta.json``) is never served: it
+is moved aside with a warning and rebuilt.
 
 Entries are written to a temporary directory next to the final one and renamed into place when complete, so no
 reader ever sees a half-written entry; when several processes (e.g. DDP ranks) build the same key at once, the
@@ -17,9 +17,9 @@ first rename wins and the others discard their copy and load the winner's.
 
 Why not the ``datasets`` cache (``load_dataset`` / ``save_to_disk``): it keys a local file by its path and
 modification time, so an edit that keeps both serves the old rows (``tests/data/test_cache_vs_datasets.py``), and
-``load_from_disk`` maps its Arrow files without checking them. The check is this cache's whole cost: loading a
-195 MiB entry took 167 ms against 9.5–10 ms for ``datasets.load_from_disk`` and 0.13 ms for a bare
-``np.load(mmap_mode="r")`` (``benchmarks/handwritten.py``), once per DataModule set-up.
+``load_from_disk`` maps its Arrow files without checking them. The check is this cache's whole cost: loading an entry
+takes many times as long as ``datasets.load_from_disk`` or a bare ``np.load(mmap_mode="r")``
+(``benchmarks/handwritten.py``, timings in ``benchmarks/results/handwritten.md``), once per DataModule set-up.
 """
 
 from __future__ import annotations

@@ -29,9 +29,8 @@ Why not a plain ``pandas.read_csv``: it is the fast path already; what this modu
 (ids non-negative integers, ratings finite, within the scale, within float32), the line-numbered error where pandas
 says ``could not convert string to float`` (or silently reads a fifth column as an index), the ``::`` separator of
 ml-1m / ml-10m without the slow Python engine, and the Netflix block format, which no CSV reader parses. The checks
-cost 3.8–4.3× a bare ``read_csv`` (C engine; 2.0–3.2× the pyarrow engine) on a 5,000,000-rating ML-20M-format
-file (1.0 s against 0.25 s) and 2.1× (1.8–1.9×) on the real ml-latest-small (``benchmarks/handwritten.py``), once
-per raw file: the DataModules cache the arrays.
+cost a few times a bare ``read_csv`` (``benchmarks/handwritten.py``, timings in
+``benchmarks/results/handwritten.md``), once per raw file: the DataModules cache the arrays.
 """
 
 from __future__ import annotations
