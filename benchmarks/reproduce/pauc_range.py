@@ -76,7 +76,7 @@ def agd_builder(s: dict):
 
     def build(model, sizes):
         objective = PartialAUCRangeSurrogate(ALPHA, BETA, surrogate=s["surrogate"], margin=1.0, score_transform=s["score"])
-        return PAUCRange(model, objective, mu=s["mu"], gamma=s["gamma_ratio"] * s["mu"], lr=s["c"],
+        return PAUCRange(model, objective, envelope_smoothing=s["mu"], gamma=s["gamma_ratio"] * s["mu"], lr=s["c"],
                          lambda_lr=s["lambda_c"], inner_steps=base, inner_growth=growth, max_inner_steps=cap,
                          step_decay=s["decay"], inner_output=s["output"], data_sizes=sizes, metrics=[METRIC])
 
@@ -92,7 +92,7 @@ def method_builder(method: str, s: dict):
         return agd_builder(s)
     sgd = lambda p: torch.optim.SGD(p, lr=s["lr"])  # noqa: E731
     table = {
-        "SoRR (AGD)": lambda m, z: SoRR(m, SumOfRankedRangeLoss(ALPHA, BETA), mu=1e3, gamma=s["gamma_ratio"] * 1e3,
+        "SoRR (AGD)": lambda m, z: SoRR(m, SumOfRankedRangeLoss(ALPHA, BETA), envelope_smoothing=1e3, gamma=s["gamma_ratio"] * 1e3,
                                         lr=s["c"], data_sizes=z, metrics=[METRIC]),
         "DCA": lambda m, z: DCA(m, shipped_objective(), lr=s["c"], inner_steps=100, data_sizes=z, metrics=[METRIC]),
         "Proximal DCA": lambda m, z: ProximalDCA(m, shipped_objective(), lr=s["c"], inner_steps=100,

@@ -319,7 +319,7 @@ def _binary_family(name: str, lr: float):
         return SOX(MLP(hidden=[8]), AveragePrecisionSurrogate(margin=0.5), optimizer=lambda p: torch.optim.SGD(p, lr=lr),
                    ema_weight=0.3, data_sizes=data.sizes, metrics=["ap"]), data
     # the step is μ c_k / (μ + c_k) < μ: a large μ too (the proximal weight 1/μ vanishes)
-    return PAUCRange(MLP(hidden=[8]), PartialAUCRangeSurrogate(0.1, 0.5), mu=lr, gamma=4.0, lr=lr, inner_steps=2,
+    return PAUCRange(MLP(hidden=[8]), PartialAUCRangeSurrogate(0.1, 0.5), envelope_smoothing=lr, gamma=4.0, lr=lr, inner_steps=2,
                      data_sizes=data.sizes, metrics=["pauc_0.05_0.5"]), data
 
 

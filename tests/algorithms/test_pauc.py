@@ -211,8 +211,8 @@ def test_ranked_objectives_are_not_sox_objectives():
         PartialAUCRangeSurrogate(0.5, 0.5)
     with pytest.raises(ValueError, match="scheduler"):
         PAUCRange(LinearScorer(), data_sizes=data.sizes, scheduler=lambda opt: None)
-    with pytest.raises(ValueError, match="mu"):
-        PAUCRange(LinearScorer(), data_sizes=data.sizes, mu=0.0)
+    with pytest.raises(ValueError, match="envelope_smoothing"):
+        PAUCRange(LinearScorer(), data_sizes=data.sizes, envelope_smoothing=0.0)
     with pytest.raises(ValueError, match="evaluate"):
         PAUCRange(LinearScorer(), data_sizes=data.sizes, evaluate="last")
     with pytest.raises(ValueError, match="prox_weight"):
@@ -242,7 +242,7 @@ def test_sbcd_steps_equal_algorithm_1_in_paper_units():
     x, y = shifted_gaussians(6, 40, 3, seed=5)
     data = ArrayData(x, y, 14, 4)  # I = 4, J = 10
     mu, c, c_lam = 3.0, 0.7, 0.2
-    module = linear_module(PAUCRange, data, w0=[0.2, -0.1, 0.3], objective=PartialAUCRangeSurrogate(0.2, 0.5), mu=mu, gamma=2 * mu,
+    module = linear_module(PAUCRange, data, w0=[0.2, -0.1, 0.3], objective=PartialAUCRangeSurrogate(0.2, 0.5), envelope_smoothing=mu, gamma=2 * mu,
                     lr=c, lambda_lr=c_lam, inner_steps=5)
     rec = PAUCRecorder()
     fit_datamodule(module, data, 2, [rec])
@@ -273,7 +273,7 @@ def test_fused_v_step_and_running_sum_equal_the_written_out_formula_to_1e_12():
     data = ArrayData(x, y, 14, 4)
     mu, c = 0.8, 0.6  # c/μ' large enough that the proximal term moves v by as much as ĝ does
     steps = 6
-    module = linear_module(PAUCRange, data, w0=[0.4, -0.2, 0.1], objective=PartialAUCRangeSurrogate(0.2, 0.5), mu=mu,
+    module = linear_module(PAUCRange, data, w0=[0.4, -0.2, 0.1], objective=PartialAUCRangeSurrogate(0.2, 0.5), envelope_smoothing=mu,
                            gamma=2 * mu, lr=c, inner_steps=steps)
     rec = PAUCRecorder()
     fit_datamodule(module, data, steps, [rec])
@@ -296,7 +296,7 @@ def test_state_machine_averages_restarts_warm_starts_and_outer_step():
     x, y = shifted_gaussians(4, 24, 2, seed=6)
     data = ArrayData(x, y, 12, 4)  # every batch holds all four positives
     mu, gamma, c = 2.0, 5.0, 0.9
-    module = linear_module(PAUCRange, data, w0=[0.5, -0.3], objective=PartialAUCRangeSurrogate(0.25, 0.5), mu=mu, gamma=gamma, lr=c,
+    module = linear_module(PAUCRange, data, w0=[0.5, -0.3], objective=PartialAUCRangeSurrogate(0.25, 0.5), envelope_smoothing=mu, gamma=gamma, lr=c,
                     inner_steps=2, inner_growth=2.0)  # T_0 = 2, T_1 = 8
     rec = PAUCRecorder()
     fit_datamodule(module, data, 20, [rec])
@@ -331,7 +331,7 @@ def test_state_machine_averages_restarts_warm_starts_and_outer_step():
 def test_alpha_zero_skips_the_m_branch_and_gamma_equal_mu_is_a_prox_point_step():
     x, y = shifted_gaussians(4, 24, 2, seed=7)
     data = ArrayData(x, y, 10, 2)
-    module = linear_module(PAUCRange, data, w0=[0.1, 0.4], objective=PartialAUCRangeSurrogate(0.0, 0.5), mu=1.5, gamma=1.5, lr=0.5,
+    module = linear_module(PAUCRange, data, w0=[0.1, 0.4], objective=PartialAUCRangeSurrogate(0.0, 0.5), envelope_smoothing=1.5, gamma=1.5, lr=0.5,
                     inner_steps=3, inner_growth=0.0)
     rec = PAUCRecorder()
     fit_datamodule(module, data, 6, [rec])
@@ -363,7 +363,7 @@ def test_sbcd_converges_to_the_exact_prox_point_as_T_grows():
         runs = []
         for seed in (0, 1):
             data = ArrayData(x, y, 12, 2, seed=seed)
-            module = linear_module(PAUCRange, data, w0=w0, objective=obj, mu=mu, gamma=mu, lr=T ** -0.5, inner_steps=T,
+            module = linear_module(PAUCRange, data, w0=w0, objective=obj, envelope_smoothing=mu, gamma=mu, lr=T ** -0.5, inner_steps=T,
                             inner_growth=0.0, step_decay=False)
             fit_datamodule(module, data, 2 * T)
             runs.append([np.linalg.norm(module.v_bar_m.numpy() - v_m), np.linalg.norm(module.prox_point.numpy() - v_n)])
@@ -457,7 +457,7 @@ def test_printed_prox_bound_misses_a_factor_of_num_positives():
 def test_sorr_is_the_one_row_machinery_with_reweighted_batches():
     x, y = shifted_gaussians(6, 30, 2, seed=9)
     data = ArrayData(x, y, 12, 4)  # positives oversampled: 4 of 12 against 6 of 36
-    module = linear_module(SoRR, data, w0=[0.3, -0.3], objective=SumOfRankedRangeLoss(0.1, 0.5), mu=2.0, gamma=2.0, lr=0.4,
+    module = linear_module(SoRR, data, w0=[0.3, -0.3], objective=SumOfRankedRangeLoss(0.1, 0.5), envelope_smoothing=2.0, gamma=2.0, lr=0.4,
                     inner_steps=3, inner_growth=0.0)
     rec = PAUCRecorder()
     fit_datamodule(module, data, 2, [rec])
@@ -541,7 +541,7 @@ def test_validation_logs_the_prox_point_and_the_anchor_against_brute_force_and_s
     data = ArrayData(x, y, 12, 2, val=(xv, yv))
     metrics = ["pauc_0.05_0.5", "pauc_0_0.3"]
     for evaluate, other in (("prox", "anchor"), ("anchor", "prox")):
-        module = linear_module(PAUCRange, data, w0=[0.1, 0.1, 0.1], bias=True, mu=1.0, gamma=3.0, lr=2.0, inner_steps=2,
+        module = linear_module(PAUCRange, data, w0=[0.1, 0.1, 0.1], bias=True, envelope_smoothing=1.0, gamma=3.0, lr=2.0, inner_steps=2,
                         inner_growth=0.0, evaluate=evaluate, metrics=metrics)
         # one outer step completes (4 steps), so v̄_n exists and differs from w
         trainer = fit_datamodule(module, data, 6, limit_val_batches=1.0, val_check_interval=6, check_val_every_n_epoch=None)
@@ -566,7 +566,7 @@ def test_checkpoint_mid_branch_resumes_the_same_trajectory(tmp_path):
 
     def run(steps, resume=None, every=0):
         data = ArrayData(x, y, 12, 2)
-        module = linear_module(PAUCRange, data, mu=1.0, gamma=2.0, lr=0.5, inner_steps=2)  # T_0 = 2, T_1 = 8
+        module = linear_module(PAUCRange, data, envelope_smoothing=1.0, gamma=2.0, lr=0.5, inner_steps=2)  # T_0 = 2, T_1 = 8
         callbacks = [ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=every, save_top_k=-1)] if every else []
         trainer = Trainer(accelerator="cpu", max_steps=steps, precision="64-true", logger=False,
                           enable_checkpointing=bool(every), enable_progress_bar=False, enable_model_summary=False,

@@ -61,7 +61,7 @@ def test_sigmoid_transform_dc_part_gradient_equals_autograd():
 def test_max_inner_steps_caps_T_k_and_keeps_outer_steps_coming():
     x, y = shifted_gaussians(4, 24, 2, seed=6)
     data = ArrayData(x, y, 12, 4)
-    kw = dict(objective=PartialAUCRangeSurrogate(0.25, 0.5), mu=2.0, gamma=4.0, lr=0.5, inner_steps=2, inner_growth=2.0)
+    kw = dict(objective=PartialAUCRangeSurrogate(0.25, 0.5), envelope_smoothing=2.0, gamma=4.0, lr=0.5, inner_steps=2, inner_growth=2.0)
     capped = linear_module(PAUCRange, data, w0=[0.5, -0.3], max_inner_steps=3, **kw)
     assert [capped.inner_steps_at(k) for k in range(4)] == [2, 3, 3, 3]  # C(k+1)² = 2, 8, 18, 32 without the cap
     paper = linear_module(PAUCRange, data, w0=[0.5, -0.3], **kw)
@@ -78,7 +78,7 @@ def test_inner_output_last_returns_the_last_iterate_and_last_thresholds():
     x, y = shifted_gaussians(4, 24, 2, seed=8)
     data = ArrayData(x, y, 12, 4)  # every batch holds all four positives
     mu, gamma, c = 2.0, 5.0, 0.9
-    kw = dict(objective=PartialAUCRangeSurrogate(0.25, 0.5), mu=mu, gamma=gamma, lr=c, inner_steps=3, inner_growth=0.0)
+    kw = dict(objective=PartialAUCRangeSurrogate(0.25, 0.5), envelope_smoothing=mu, gamma=gamma, lr=c, inner_steps=3, inner_growth=0.0)
     module = linear_module(PAUCRange, data, w0=[0.5, -0.3], inner_output="last", **kw)
     rec = PAUCRecorder()
     fit_datamodule(module, data, 6, [rec])
@@ -135,7 +135,7 @@ model:
 def test_sorr_inherits_the_cap_and_the_output():
     x, y = shifted_gaussians(6, 20, 2, seed=2)
     data = ArrayData(x, y, 10, 3)
-    module = linear_module(SoRR, data, w0=[0.2, 0.1], mu=5.0, gamma=5.0, lr=0.5, inner_steps=2, max_inner_steps=2,
+    module = linear_module(SoRR, data, w0=[0.2, 0.1], envelope_smoothing=5.0, gamma=5.0, lr=0.5, inner_steps=2, max_inner_steps=2,
                     inner_output="last")
     fit_datamodule(module, data, 8)
     assert module.loop["outer_step"] == 2 and all(math.isfinite(float(v)) for v in module.anchor)

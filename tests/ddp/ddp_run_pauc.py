@@ -32,7 +32,7 @@ def main():
     model = PAUCRange(
         MLP(hidden=[8]),
         PartialAUCRangeSurrogate(0.1, 0.5),
-        mu=2.0,
+        envelope_smoothing=2.0,
         gamma=4.0,
         lr=0.5,
         inner_steps=2,

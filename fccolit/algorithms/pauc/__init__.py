@@ -19,7 +19,7 @@ Units. Every hyper-parameter is in the paper's **scale-free** form, which does n
 ==================  ===================================  ==============================================
 argument            paper                                meaning
 ==================  ===================================  ==============================================
-``mu``              μ' = μ·N₊N₋  (E.2: 10² or 10³)       Moreau smoothing; ``c/μ'`` is the pull to w
+``envelope_smoothing`` μ' = μ·N₊N₋  (E.2: 10² or 10³)  Moreau smoothing; ``c/μ'`` is the pull to w
 ``gamma``           γ' = γ·N₊N₋  (E.2: 2·10³, 5·10³)     outer step; only γ'/μ' = γ/μ matters
 ``lr``              c   (η_t = c/((k+1)N₊N₋))            step on the mean masked pair-loss gradient
 ``lambda_lr``       c   (θ_t = c/((k+1)N₋))              step of the thresholds (default: ``lr``)

@@ -57,7 +57,7 @@ class PAUCRange(SBCDLoop):
     Args:
         model: the scorer ``h_w`` (``LinearScorer``, an MLP, a vision backbone, ...).
         objective: a :class:`~fccolit.objectives.pauc.PartialAUCRangeSurrogate` (default: FPR [0.05, 0.5], logistic ℓ).
-        mu: μ' = μ·N₊N₋ (default 10³, the paper's deep-model value and one of its linear-model values).
+        envelope_smoothing: μ' = μ·N₊N₋, the parameter of the Moreau envelope F_μ that AGD descends (default 10³, the paper's deep-model value and one of its linear-model values).
         gamma: γ' = γ·N₊N₋ (default 2·10³: γ/μ = 2, the smallest ratio of the paper's Appendix E.2; an assumption:
             γ/μ = 2 was stable and γ/μ = 20 unstable in a CPU run on a9a).
         lr: c, the step on the mean masked pair-loss gradient (η_t = c/((k+1)N₊N₋)); the paper tunes it in
@@ -93,7 +93,7 @@ class PAUCRange(SBCDLoop):
         self,
         model: nn.Module,
         objective: RankedRangeObjective | None = None,
-        mu: float = 1e3,
+        envelope_smoothing: float = 1e3,
         gamma: float = 2e3,
         lr: float = 1.0,
         lambda_lr: float | None = None,
@@ -106,8 +106,10 @@ class PAUCRange(SBCDLoop):
         inner_output: str = "average",
         **kwargs: Any,
     ) -> None:
-        if not (math.isfinite(mu) and mu > 0.0):
-            raise ValueError(f"mu (μ' = μ·N₊N₋) must be a finite number > 0, got {mu}")
+        if not (math.isfinite(envelope_smoothing) and envelope_smoothing > 0.0):
+            raise ValueError(
+                f"envelope_smoothing (μ' = μ·N₊N₋) must be a finite number > 0, got {envelope_smoothing}"
+            )
         if not (math.isfinite(gamma) and gamma > 0.0):
             raise ValueError(f"gamma (γ' = γ·N₊N₋) must be a finite number > 0, got {gamma}")
         if evaluate not in ("prox", "anchor"):
@@ -118,7 +120,7 @@ class PAUCRange(SBCDLoop):
             raise ValueError(f"inner_output must be 'average' (Algorithm 1's output) or 'last', got {inner_output!r}")
         self.max_inner_steps = None if max_inner_steps is None else int(max_inner_steps)
         self.inner_output = inner_output
-        self.mu, self.gamma, self.evaluate = float(mu), float(gamma), evaluate
+        self.envelope_smoothing, self.gamma, self.evaluate = float(envelope_smoothing), float(gamma), evaluate
         super().__init__(
             model, objective, lr=lr, lambda_lr=lambda_lr, inner_steps=inner_steps, inner_growth=inner_growth,
             step_decay=step_decay, lambda_init=lambda_init, **kwargs,
@@ -128,7 +130,7 @@ class PAUCRange(SBCDLoop):
 
     @property
     def proximal_nu(self) -> float:
-        return self.mu
+        return self.envelope_smoothing
 
     @property
     def has_m_branch(self) -> bool:
@@ -184,9 +186,9 @@ class PAUCRange(SBCDLoop):
         finish(self.lambda_n)
         v_m = self.v_bar_m if self.has_m_branch else self.anchor  # α = 0: v_{μf^0}(w) = w
         difference = v_m - v_bar
-        self.log_loop(always=True, moreau_grad_norm=float(difference.norm()) / self.mu)
+        self.log_loop(always=True, moreau_grad_norm=float(difference.norm()) / self.envelope_smoothing)
         self.prox_point.copy_(v_bar)
-        self.assign_(self.anchor - (self.gamma / self.mu) * difference)  # w^{(k+1)}, where v restarts
+        self.assign_(self.anchor - (self.gamma / self.envelope_smoothing) * difference)  # w^{(k+1)}, where v restarts
         self.loop["branch"] = self.M_BRANCH if self.has_m_branch else self.N_BRANCH
         self.end_outer_step()  # the anchor becomes w^{(k+1)}
 
