@@ -31,7 +31,11 @@ __all__ = ["PAUCRange", "SoRR"]
 
 
 class PAUCRange(SBCDLoop):
-    r"""AGD-SBCD (Algorithms 1–2): pAUC on the FPR range [α, β] through the Moreau envelopes of its DC program.
+    r"""AGD-SBCD: minimise the pAUC surrogate on an FPR range [α, β] (Yao, Lin & Yang, NeurIPS 2022).
+
+    Yao Yao, Qihang Lin and Tianbao Yang, "Large-scale Optimization of Partial AUC in a Range of False Positive
+    Rates", NeurIPS 2022, arXiv:2203.01505, Algorithms 1–2: gradient descent on the Moreau envelopes of the
+    objective's DC program.
 
     Outer step k (Algorithm 2): ``v̄_m = SBCD(w, λ_m, T_k, μ, m)``, ``v̄_n = SBCD(w, λ_n, T_k, μ, n)``, then
     ``w ← w − (γ/μ)(v̄_m − v̄_n)``. Each SBCD call restarts v at the anchor w, takes ``T_k`` steps (one per training
@@ -84,6 +88,36 @@ class PAUCRange(SBCDLoop):
     Logged: ``train/objective`` (the mini-batch ranked-range estimate of objective (3) at the live v, not the
     surrogate), ``train/outer_step``, ``train/grad_evals`` (samples whose gradient was computed so far) and, at
     every outer step, ``train/moreau_grad_norm`` = ‖v̄_m − v̄_n‖/μ' (the estimate of ‖∇F^μ(w)‖ in scale-free units).
+
+    Raises:
+        ValueError: ``envelope_smoothing`` or ``gamma`` not a finite number > 0; ``evaluate`` other than
+            ``"prox"`` / ``"anchor"``; ``inner_output`` other than ``"average"`` / ``"last"``; ``max_inner_steps``
+            < 1; :class:`~fccolit.algorithms.pauc.SBCDLoop`'s argument checks (``lr``, ``lambda_lr``,
+            ``inner_steps``, ``inner_growth``, ``lambda_init``, an ``optimizer`` or ``scheduler`` given); no
+            ``data_sizes`` (the thresholds cannot be sized); in a training step, a batch without positives or
+            negatives (an empty loss matrix).
+        TypeError: ``objective`` not a :class:`~fccolit.objectives.pauc.RankedRangeObjective`.
+
+    Example:
+        The module's state on a tiny DataModule's sizes (``Trainer.fit`` runs the steps, one per batch; see
+        ``configs/libsvm/pauc_agd.yaml``):
+
+        >>> from fccolit.algorithms.pauc import PAUCRange
+        >>> from fccolit.datamodules import SyntheticBinaryDataModule
+        >>> from fccolit.models import LinearScorer
+        >>> data = SyntheticBinaryDataModule(num_samples=40, num_features=3, pos_fraction=0.25, batch_size=8,
+        ...                                  num_positives=2)
+        >>> module = PAUCRange(LinearScorer(), data_sizes=data.sizes, inner_steps=50, max_inner_steps=100)
+        >>> module.loop  # the loop position: (k, t, branch m = 0), and the gradient evaluations so far
+        {'grad_evals': 0, 'outer_step': 0, 'inner_step': 0, 'branch': 0}
+        >>> module.lambda_m.values.shape, module.lambda_n.values.shape  # one threshold per training positive
+        (torch.Size([7]), torch.Size([7]))
+        >>> [module.inner_steps_at(k) for k in range(3)]  # T_k = 50 (k+1)², capped at 100
+        [50, 100, 100]
+        >>> PAUCRange(LinearScorer(), data_sizes=data.sizes, evaluate="best")
+        Traceback (most recent call last):
+        ...
+        ValueError: evaluate must be 'prox' (v̄_n, Algorithm 2's output) or 'anchor' (w), got 'best'
     """
 
     loop_keys = ("grad_evals", "outer_step", "inner_step", "branch")
@@ -209,7 +243,10 @@ class PAUCRange(SBCDLoop):
 
 
 class SoRR(PAUCRange):
-    r"""AGD for the sum of ranked range (Appendix A: Algorithm 2 with Algorithm 3 as the inner solver).
+    r"""AGD-SBCD for the sum of ranked range (SoRR) of the losses (Yao, Lin & Yang, NeurIPS 2022, Appendix A).
+
+    Yao Yao, Qihang Lin and Tianbao Yang, "Large-scale Optimization of Partial AUC in a Range of False Positive
+    Rates", NeurIPS 2022, arXiv:2203.01505, Appendix A: Algorithm 2 with Algorithm 3 as the inner solver.
 
     The same machinery as :class:`PAUCRange` with one scalar threshold per branch (``N₊ = 1``, ``N₋ = N``):
     Algorithm 3 is Algorithm 1 with a single row. Scale-free units use ``N`` in place of ``N₊N₋`` and ``N₋``
@@ -219,6 +256,25 @@ class SoRR(PAUCRange):
 
     Args: as :class:`PAUCRange`; ``objective`` must be a :class:`~fccolit.objectives.pauc.SumOfRankedRangeLoss`
     (default: the shares [0.05, 0.5] of the losses, BCE-with-logits loss, reweighted stratified batches).
+
+    Raises:
+        TypeError: ``objective`` given and not a :class:`~fccolit.objectives.pauc.SumOfRankedRangeLoss`.
+        ValueError: as :class:`PAUCRange`.
+
+    Example:
+        >>> from fccolit.algorithms.pauc import SoRR
+        >>> from fccolit.datamodules import SyntheticBinaryDataModule
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import PartialAUCRangeSurrogate
+        >>> data = SyntheticBinaryDataModule(num_samples=40, num_features=3, pos_fraction=0.25, batch_size=8,
+        ...                                  num_positives=2)
+        >>> module = SoRR(LinearScorer(), data_sizes=data.sizes)
+        >>> module.objective, module.lambda_m.values, module.lambda_n.values  # one threshold per branch, unvisited
+        (SumOfRankedRangeLoss(), tensor([nan], dtype=torch.float64), tensor([nan], dtype=torch.float64))
+        >>> SoRR(LinearScorer(), PartialAUCRangeSurrogate())
+        Traceback (most recent call last):
+        ...
+        TypeError: SoRR needs a SumOfRankedRangeLoss objective, got PartialAUCRangeSurrogate
     """
 
     default_objective = SumOfRankedRangeLoss

@@ -18,11 +18,48 @@ __all__ = ["RankedRangeModule", "SBCDLoop"]
 
 
 class RankedRangeModule(LoopPosition, FCCOModule):
-    """What the ranked-range modules share: a ranked-range objective
-    (:class:`~fccolit.objectives.pauc.RankedRangeObjective`), the trainable parameters as flat vectors, the count of
-    gradient evaluations (``train/grad_evals``; a loop counter, :class:`~fccolit.algorithms.double_loop.LoopPosition`,
-    so it resumes), and the evaluation of chosen parameters (:meth:`evaluation_parameters`, a second set
-    :meth:`alternative_evaluation`)."""
+    """The base of the ranked-range modules (pAUC on an FPR range, SoRR; Yao, Lin & Yang, NeurIPS 2022).
+
+    What they share: a ranked-range objective (:class:`~fccolit.objectives.pauc.RankedRangeObjective`), the trainable
+    parameters as flat vectors, the count of gradient evaluations (``train/grad_evals``; a loop counter,
+    :class:`~fccolit.algorithms.double_loop.LoopPosition`, so it resumes), and the evaluation of chosen parameters
+    (:meth:`evaluation_parameters`, a second set :meth:`alternative_evaluation`). The problems are those of Yao Yao,
+    Qihang Lin and Tianbao Yang, "Large-scale Optimization of Partial AUC in a Range of False Positive Rates",
+    NeurIPS 2022, arXiv:2203.01505.
+
+    Args:
+        model: the scorer ``h_w``; its trainable parameters must share one dtype.
+        objective: a :class:`~fccolit.objectives.pauc.RankedRangeObjective` (default: :attr:`default_objective`,
+            :class:`~fccolit.objectives.pauc.PartialAUCRangeSurrogate` on FPR [0.05, 0.5]).
+        (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`; ``state_dtype`` defaults to float64.
+
+    Raises:
+        TypeError: ``objective`` not a :class:`~fccolit.objectives.pauc.RankedRangeObjective`; trainable parameters
+            of more than one dtype.
+        ValueError: a model without trainable parameters (e.g. a lazily sized one without ``data_sizes``);
+            :meth:`make_rows` without ``data_sizes``; in a training step, a batch whose loss matrix is empty (no
+            positive or no negative: use a DualSampler-based DataModule).
+        KeyError: :meth:`make_rows` with ``data_sizes`` that lack the objective's row count (``num_positives``).
+
+    Example:
+        >>> from fccolit.algorithms.pauc import RankedRangeModule
+        >>> from fccolit.datamodules import SyntheticBinaryDataModule
+        >>> from fccolit.models import LinearScorer
+        >>> from fccolit.objectives import SumOfRankedRangeLoss
+        >>> data = SyntheticBinaryDataModule(num_samples=40, num_features=3, pos_fraction=0.25, batch_size=8,
+        ...                                  num_positives=2)
+        >>> module = RankedRangeModule(LinearScorer(), data_sizes=data.sizes)
+        >>> module.loop, module.num_parameters, module.flat().shape  # 3 weights and a bias, as one vector
+        ({'grad_evals': 0}, 4, torch.Size([4]))
+        >>> sorr = RankedRangeModule(LinearScorer(), SumOfRankedRangeLoss(), data_sizes=data.sizes)
+        >>> module.make_rows(), sorr.make_rows()  # threshold rows: one per training positive; one for SoRR
+        (7, 1)
+        >>> from torch import nn
+        >>> RankedRangeModule(LinearScorer(), objective=nn.MSELoss())
+        Traceback (most recent call last):
+        ...
+        TypeError: RankedRangeModule solves ranked-range problems: ... got MSELoss
+    """
 
     #: the objective used when none is given
     default_objective: type[RankedRangeObjective] = PartialAUCRangeSurrogate
@@ -195,8 +232,13 @@ class RankedRangeModule(LoopPosition, FCCOModule):
 
 
 class SBCDLoop(DoubleLoop, RankedRangeModule):
-    r"""The double loop of the methods built on stochastic block coordinate descent (SBCD): AGD-SBCD
-    (:class:`~fccolit.algorithms.pauc.PAUCRange`, :class:`~fccolit.algorithms.pauc.SoRR`) and DCA.
+    r"""The double loop of SBCD steps around an anchor, shared by AGD-SBCD and DCA (Yao, Lin & Yang, NeurIPS 2022).
+
+    The methods built on stochastic block coordinate descent (SBCD) of Yao Yao, Qihang Lin and Tianbao Yang,
+    "Large-scale Optimization of Partial AUC in a Range of False Positive Rates", NeurIPS 2022, arXiv:2203.01505:
+    AGD-SBCD (:class:`~fccolit.algorithms.pauc.PAUCRange`, :class:`~fccolit.algorithms.pauc.SoRR`) and DCA
+    (:class:`~fccolit.algorithms.pauc.DCA`). A base to build on (subclasses define :attr:`proximal_nu` and
+    ``training_step``), not a module to train.
 
     Outer step k takes ``T_k = ⌈C (k+1)^p⌉`` SBCD steps, one per training batch (:meth:`sbcd_step`), on a
     subproblem around the anchor w (buffer ``anchor``, a flat vector; the live model parameters are the inner
@@ -221,6 +263,35 @@ class SBCDLoop(DoubleLoop, RankedRangeModule):
         step_decay: ``c_k = c/(k+1)`` (the paper's) or a constant c.
         lambda_init: ``"batch"`` or a number (see :class:`~fccolit.algorithms.pauc.ThresholdTracker`).
         (the rest): see :class:`~fccolit.algorithms.base.FCCOModule`.
+
+    Raises:
+        ValueError: ``lr`` not a finite number >= 0; ``lambda_lr`` neither None nor a finite number >= 0;
+            ``inner_steps`` < 1; ``inner_growth`` < 0; ``lambda_init`` neither ``"batch"`` nor a number; an
+            ``optimizer`` or a ``scheduler`` given (the module sets its own closed-form step and its learning rate);
+            and :class:`RankedRangeModule`'s.
+        TypeError: as :class:`RankedRangeModule`.
+        NotImplementedError: :attr:`proximal_nu` (read by ``configure_optimizers``) of a subclass that does not
+            define it.
+
+    Example:
+        The schedule and the argument checks, through its subclass :class:`~fccolit.algorithms.pauc.DCA`:
+
+        >>> from fccolit.algorithms.pauc import DCA, SBCDLoop
+        >>> from fccolit.datamodules import SyntheticBinaryDataModule
+        >>> from fccolit.models import LinearScorer
+        >>> data = SyntheticBinaryDataModule(num_samples=40, num_features=3, pos_fraction=0.25, batch_size=8,
+        ...                                  num_positives=2)
+        >>> module = DCA(LinearScorer(), data_sizes=data.sizes, lr=2.0, inner_steps=10)
+        >>> isinstance(module, SBCDLoop), module.loop
+        (True, {'grad_evals': 0, 'outer_step': 0, 'inner_step': 0})
+        >>> [module.inner_steps_at(k) for k in range(3)], module.step_sizes(1)  # T_k = 10 (k+1)², (c_k, θ'_k)
+        ([10, 40, 90], (1.0, 1.0))
+        >>> type(module.configure_optimizers()).__name__  # the closed-form v step
+        'ProximalStep'
+        >>> DCA(LinearScorer(), data_sizes=data.sizes, inner_steps=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: inner_steps (C of T_k = C(k+1)^p) must be >= 1, got 0
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out

@@ -17,7 +17,10 @@ __all__ = ["DCA", "ProximalDCA"]
 
 
 class DCA(SBCDLoop):
-    r"""DCA for the ranked-range DC program (Appendix E.4, Algorithm 4; Hu et al. 2020).
+    r"""DCA: the difference-of-convex baseline for the ranked-range programs (Yao, Lin & Yang, NeurIPS 2022).
+
+    Yao Yao, Qihang Lin and Tianbao Yang, "Large-scale Optimization of Partial AUC in a Range of False Positive
+    Rates", NeurIPS 2022, arXiv:2203.01505, Appendix E.4, Algorithm 4 (DCA after Hu et al. 2020).
 
     Outer step k: a deterministic subgradient ``ξ^{(k)} ∈ ∂f^m(w^{(k)})`` from one pass over the whole training set
     (the ``m`` highest-scored negatives are the same for every positive, so it is
@@ -46,6 +49,30 @@ class DCA(SBCDLoop):
             :class:`~fccolit.algorithms.pauc.PAUCRange` (default C = 100, the smallest of E.2's grid).
         prox_weight: L in scale-free units (L_paper / (N₊N₋)); 0 for DCA.
         subgradient_batch_size: samples per forward pass when computing ξ.
+
+    Raises:
+        ValueError: ``prox_weight`` not a finite number >= 0; ``subgradient_batch_size`` < 1;
+            :class:`~fccolit.algorithms.pauc.SBCDLoop`'s argument checks; in a training step, a batch without
+            positives or negatives.
+        TypeError: ``objective`` not a :class:`~fccolit.objectives.pauc.RankedRangeObjective`.
+        RuntimeError: at an outer step with α > 0, no training set to compute ξ on (the trainer has neither a
+            DataModule with ``train_dataset`` nor a training DataLoader over a Dataset).
+
+    Example:
+        >>> from fccolit.algorithms.pauc import DCA
+        >>> from fccolit.datamodules import SyntheticBinaryDataModule
+        >>> from fccolit.models import LinearScorer
+        >>> data = SyntheticBinaryDataModule(num_samples=40, num_features=3, pos_fraction=0.25, batch_size=8,
+        ...                                  num_positives=2)
+        >>> module = DCA(LinearScorer(), data_sizes=data.sizes)
+        >>> module.loop, module.proximal_nu  # L = 0: no proximal term (ν = ∞)
+        ({'grad_evals': 0, 'outer_step': 0, 'inner_step': 0}, inf)
+        >>> module.lambda_n.values.shape, module.xi  # the n-level thresholds (one per positive) and ξ
+        (torch.Size([7]), tensor([0., 0., 0., 0.]))
+        >>> DCA(LinearScorer(), data_sizes=data.sizes, subgradient_batch_size=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: subgradient_batch_size must be >= 1, got 0
     """
 
     def __init__(
@@ -153,14 +180,34 @@ class DCA(SBCDLoop):
 
 
 class ProximalDCA(DCA):
-    r"""Proximal DCA: :class:`DCA` with a proximal term in every subproblem (Wen et al. 2018).
+    r"""Proximal DCA: :class:`DCA` with a proximal term in every subproblem (Yao, Lin & Yang, NeurIPS 2022).
 
-    Appendix E.5: the proximal term ``(L/2)‖w − w^{(k)}‖²`` in every subproblem (38).
+    Yao Yao, Qihang Lin and Tianbao Yang, "Large-scale Optimization of Partial AUC in a Range of False Positive
+    Rates", NeurIPS 2022, arXiv:2203.01505, Appendix E.5 (proximal DCA after Wen et al. 2018): the proximal term
+    ``(L/2)‖w − w^{(k)}‖²`` in every subproblem (38).
 
     Args: as :class:`DCA`; ``prox_weight`` (L, scale-free: L_paper/(N₊N₋)) must be > 0. Default 10⁻³ = 1/μ' of
     :class:`~fccolit.algorithms.pauc.PAUCRange`'s default, an assumption: the paper tunes L ∈ {10⁻⁵ … 1} in its own
     units, which after dividing by N₊N₋ (≈ 10⁸ on a9a) makes the term vanish, and its Table 2 shows proximal
     DCA ≈ DCA.
+
+    Raises:
+        ValueError: ``prox_weight`` not > 0 (``prox_weight=0`` is :class:`DCA`), and :class:`DCA`'s.
+        TypeError, RuntimeError: as :class:`DCA`.
+
+    Example:
+        >>> from fccolit.algorithms.pauc import ProximalDCA
+        >>> from fccolit.datamodules import SyntheticBinaryDataModule
+        >>> from fccolit.models import LinearScorer
+        >>> data = SyntheticBinaryDataModule(num_samples=40, num_features=3, pos_fraction=0.25, batch_size=8,
+        ...                                  num_positives=2)
+        >>> module = ProximalDCA(LinearScorer(), data_sizes=data.sizes, prox_weight=0.01)
+        >>> module.prox_weight, module.proximal_nu  # the v step's proximal term has ν = 1/L
+        (0.01, 100.0)
+        >>> ProximalDCA(LinearScorer(), data_sizes=data.sizes, prox_weight=0.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: ProximalDCA needs prox_weight (L) > 0, got 0.0; prox_weight=0 is DCA
     """
 
     def __init__(self, model: nn.Module, objective: RankedRangeObjective | None = None, prox_weight: float = 1e-3, **kwargs: Any) -> None:

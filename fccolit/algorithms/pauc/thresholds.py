@@ -13,8 +13,12 @@ __all__ = ["ThresholdTracker"]
 
 
 class ThresholdTracker(nn.Module):
-    r"""One threshold ``λ_r`` per row (per positive for pAUC, one for SoRR) for one level ``l``, and the running sum
-    that gives SBCD's averaged output ``λ̄ = (1/T) Σ_{t<T} λ^{(t)}``.
+    r"""The per-row thresholds λ of the SBCD steps and their lazy running sums (Yao, Lin & Yang, NeurIPS 2022).
+
+    One threshold ``λ_r`` per row (per positive for pAUC, one for SoRR) for one level ``l``, and the running sum that
+    gives SBCD's averaged output ``λ̄ = (1/T) Σ_{t<T} λ^{(t)}`` (Algorithm 1 of Yao Yao, Qihang Lin and Tianbao
+    Yang, "Large-scale Optimization of Partial AUC in a Range of False Positive Rates", NeurIPS 2022,
+    arXiv:2203.01505).
 
     The thresholds live in an :class:`~fccolit.state.IndexedState` (rows start unvisited, NaN), which also keeps them
     identical on every DDP rank. On its first visit a row starts at ``lambda_init``: ``"batch"`` (the default, an
@@ -36,6 +40,31 @@ class ThresholdTracker(nn.Module):
         num_rows: rows (``num_positives`` for pAUC, 1 for SoRR).
         dtype: storage dtype (float64 by default in the modules).
         name: state name (errors, TensorBoard).
+
+    Raises:
+        ValueError: ``num_rows`` < 1 (the DataModule's sizes not linked).
+        RuntimeError: :meth:`update` with ``synced=False`` under DDP (the thresholds must follow the global batch).
+
+    Example:
+        One SBCD call of two steps at level ``l/N₋ = 0.5`` on rows 0 and 2 of three (row 1 is never visited):
+
+        >>> import torch
+        >>> from fccolit.algorithms.pauc import ThresholdTracker
+        >>> from fccolit.objectives.pauc import RankedRangeBatch
+        >>> tracker = ThresholdTracker(3, name="lambda_n")
+        >>> batch = RankedRangeBatch(index=torch.tensor([0, 2]),
+        ...                          losses=torch.tensor([[0.1, 0.4, 0.9, 0.2], [0.3, 0.8, 0.5, 0.7]]))
+        >>> lam, losses = tracker.read(batch, share=0.5, init="batch")  # first visit: the batch's median entry
+        >>> lam
+        tensor([0.4000, 0.7000], dtype=torch.float64)
+        >>> tracker.accumulate(batch.index, lam, step=0)  # λ^{(0)} into the running sum
+        >>> exceed = (losses > lam.unsqueeze(-1)).double().mean(-1)  # p̂_r: the share above λ_r
+        >>> tracker.update(batch.index, lam, exceed, share=0.5, lr=1.0, synced=True)  # λ ← λ + θ (p̂ − 0.5)
+        >>> tracker.values
+        tensor([0.1500,    nan, 0.4500], dtype=torch.float64)
+        >>> tracker.average_(2)  # end of the call: λ̄ = (λ^{(0)} + λ^{(1)}) / 2, the next call's warm start
+        >>> tracker.values
+        tensor([0.2750,    nan, 0.5750], dtype=torch.float64)
     """
 
     def __init__(self, num_rows: int, dtype: torch.dtype = torch.float64, name: str = "lambda") -> None:
