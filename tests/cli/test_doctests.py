@@ -52,7 +52,6 @@ DOCTESTED = {
     "fccolit.datamodules.synthetic_ranking": ["SyntheticRankingDataModule"],
     "fccolit.datamodules.grouped": ["SyntheticGroupedDataModule"],
     "fccolit.datamodules.libsvm": ["LibSVMDataModule"],
-    "fccolit.datamodules.libsvm": ["LibSVMDataModule"],
     "fccolit.metrics.base": ["BatchMetric", "per_task_names", "EvaluationMetrics"],
     "fccolit.models.ltr": ["ListMLP", "ContextAwareRanker"],
     "fccolit.models.mlp": ["SizedModel", "SparseInputLinear", "LinearScorer", "MLP"],
