@@ -44,7 +44,16 @@ class RankingObjective(FCCOObjective):
             (:func:`~fccolit.objectives.ranking_batch.anchor_item_weights`).
 
     Raises:
-        ValueError: a choice that is not one of the listed values.
+        ValueError: ``normalization`` or ``inner_estimator`` is not one of the listed values.
+
+    Example:
+        >>> objective = RankingObjective()
+        >>> objective.normalization, objective.inner_estimator, objective.state_rows
+        ('per_query', 'list_mean', 'num_pairs')
+        >>> RankingObjective(normalization="mean")
+        Traceback (most recent call last):
+        ...
+        ValueError: normalization must be one of 'per_query', 'pairs', 'query_mean', got 'mean'
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
@@ -221,6 +230,14 @@ class LowerLevel:
         grad: ``∂_λ L_q(λ; w; B_q)``.
         hess: ``∂²_λ L_q(λ; w; B_q) ≥ τ2``.
         weights: ``[B, L]`` ``c_j σ(z_j)(1 − σ(z_j))/τ1``: ``−∇_w ∂_λ L_q = Σ_j weights_j ∇h_j``.
+
+    :meth:`TopKNDCGSurrogate.lower_level` builds it; a plain container, it checks nothing.
+
+    Example:
+        >>> import torch
+        >>> lower = LowerLevel(grad=torch.zeros(2), hess=torch.ones(2), weights=torch.zeros(2, 3))
+        >>> lower.hess, tuple(lower.weights.shape)
+        (tensor([1., 1.]), (2, 3))
     """
 
     grad: torch.Tensor

@@ -86,6 +86,21 @@ class OuterFunction:
         dim: d', the number of components of the inner value.
         smooth: f has a Lipschitz gradient (then ``grad`` is the gradient; otherwise a subgradient).
         lipschitz: C_f, the Lipschitz constant of f (None when f is not Lipschitz, e.g. the squared hinge).
+
+    Raises:
+        NotImplementedError: :meth:`value`, :meth:`grad` or :meth:`prox` called on a subclass that lacks it.
+        ValueError: a smoothing parameter ``lam`` below 0 (or NaN) given to :meth:`envelope` or
+            :meth:`envelope_grad`.
+
+    Example:
+        >>> import torch
+        >>> hinge, u = Hinge(), torch.tensor([[-1.0], [2.0]])
+        >>> hinge.envelope(u, 0.0), hinge.envelope(u, 0.5)  # lam = 0: f itself; lam > 0: the Moreau envelope
+        (tensor([0., 2.]), tensor([0.0000, 1.7500]))
+        >>> hinge.envelope(u, -1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: the smoothing parameter λ (lam) must be >= 0, got -1.0
     """
 
     dim: int = 1

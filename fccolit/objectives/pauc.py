@@ -175,6 +175,14 @@ class RankedRangeBatch:
         losses: ``[R, J]`` the entries ``s_rj`` (differentiable w.r.t. the scores).
         weights: ``[J]`` importance weights of the columns, so that ``mean_j w_j x_j`` estimates the mean over the
             whole population of columns (None: the columns are a uniform sample, all weights 1).
+
+    The objectives' :meth:`RankedRangeObjective.losses` build it; a plain container, it checks nothing.
+
+    Example:
+        >>> import torch
+        >>> batch = RankedRangeBatch(index=torch.tensor([1, 2]), losses=torch.zeros(2, 3))
+        >>> tuple(batch.losses.shape), batch.weights is None
+        ((2, 3), True)
     """
 
     index: torch.Tensor
