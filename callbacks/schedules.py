@@ -44,7 +44,7 @@ def should_log(trainer: Trainer) -> bool:
 
 
 class HyperParameterSchedule(Callback):
-    """Base class: sets η, β and γ before every training step from their initial values.
+    """Base class: sets η, β and γ before every training step to ``value(name, initial, t)``.
 
     Subclasses implement :meth:`value`. The scheduled values are logged as ``schedule/lr``,
     ``schedule/momentum_weight`` and ``schedule/ema_weight`` (first parameter group) on the steps the trainer's
@@ -55,6 +55,28 @@ class HyperParameterSchedule(Callback):
         momentum_weight: schedule the ``momentum_weight`` of every parameter group (β / β1); the optimizers must
             be :mod:`fccolit.optim` ones (torch's ``momentum`` has the opposite convention).
         ema_weight: schedule the module's ``ema_weight`` (γ / β0).
+
+    Raises:
+        ValueError: at :meth:`start` (training start), when ``ema_weight`` is scheduled and the module has no
+            ``ema_weight``, or when a scheduled name is missing from an optimizer's parameter groups.
+        RuntimeError: :meth:`apply` called before :meth:`start`.
+        NotImplementedError: :meth:`value` of the base class itself.
+
+    Example:
+        A schedule that halves η every step, applied by hand to a torch optimizer (what the Lightning hooks do):
+
+        >>> import torch
+        >>> class Halving(HyperParameterSchedule):
+        ...     def value(self, name, initial, t):
+        ...         return initial / 2 ** (t - 1)
+        >>> model = torch.nn.Linear(2, 1)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.8)
+        >>> schedule = Halving(momentum_weight=False, ema_weight=False)
+        >>> schedule.names
+        ('lr',)
+        >>> schedule.start([optimizer], model)
+        >>> schedule.apply([optimizer], model, t=3)
+        {'lr': 0.2}
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
@@ -152,6 +174,24 @@ class InverseSqrtSchedule(HyperParameterSchedule):
         lr, momentum_weight, ema_weight: which numbers to decrease (see :class:`HyperParameterSchedule`).
         tie_weights: require the initial β0 (``ema_weight``) to equal the initial β1 (``momentum_weight``).
         power: the exponent ``p`` of ``t^{-p}`` (0.5, the paper's; other values for experiments only).
+
+    Raises:
+        ValueError: ``power`` is not a finite number >= 0; ``tie_weights=True`` with ``momentum_weight`` or
+            ``ema_weight`` off; at training start (:meth:`check_initial`), ``tie_weights=True`` and the initial β0
+            differs from β1; and the cases of :class:`HyperParameterSchedule`.
+
+    Example:
+        >>> schedule = InverseSqrtSchedule()
+        >>> schedule.value("lr", 0.1, t=4), schedule.value("ema_weight", 0.9, t=1)
+        (0.05, 0.9)
+        >>> schedule.check_initial({"ema_weight": 0.9, "momentum_weight": [[0.5]]})
+        Traceback (most recent call last):
+            ...
+        ValueError: InverseSqrtSchedule(tie_weights=True) decreases β0 = β1 together ...
+        >>> InverseSqrtSchedule(power=-1.0)
+        Traceback (most recent call last):
+            ...
+        ValueError: power must be a finite number >= 0, got -1.0
     """
 
     def __init__(

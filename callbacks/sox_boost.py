@@ -46,6 +46,22 @@ class SOXBoost(HyperParameterSchedule):
         lr, momentum_weight, ema_weight: which numbers to schedule (all three in SOX-boost).
 
     Logs ``sox_boost/stage`` and the ``schedule/*`` values (on the steps the logger writes).
+
+    Raises:
+        ValueError: ``first_stage_steps`` not a positive integer; ``num_stages`` neither None nor a positive
+            integer; ``decay`` outside (0, 1]; ``growth`` not a finite number >= 1; and the cases of
+            :class:`~fccolit.callbacks.schedules.HyperParameterSchedule` at training start.
+
+    Example:
+        >>> boost = SOXBoost(first_stage_steps=10, num_stages=3)
+        >>> [boost.stage_length(k) for k in (1, 2, 3)], boost.total_steps()
+        ([10, 20, 40], 70)
+        >>> boost.stage(10), boost.stage(11), boost.value("lr", 0.1, t=31)
+        (1, 2, 0.025)
+        >>> SOXBoost(first_stage_steps=0)
+        Traceback (most recent call last):
+            ...
+        ValueError: first_stage_steps (T_1) must be a positive integer, got 0
     """
 
     def __init__(

@@ -37,6 +37,23 @@ class StopGradientSwitch(Callback):
             ``estimator``).
 
     Logs ``train/theoretical_estimator`` (1 or 0) every step.
+
+    Raises:
+        ValueError: ``to`` is not ``"practical"`` or ``"theoretical"``; neither ``epoch`` nor ``step`` given;
+            ``epoch`` or ``step`` not a non-negative integer.
+        AttributeError: at fit start, the module has no attribute ``attribute``.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> switch = StopGradientSwitch(to="theoretical", epoch=2)
+        >>> switch.switched(SimpleNamespace(current_epoch=1, global_step=50))
+        False
+        >>> switch.switched(SimpleNamespace(current_epoch=2, global_step=60))
+        True
+        >>> StopGradientSwitch()
+        Traceback (most recent call last):
+            ...
+        ValueError: StopGradientSwitch: give the epoch or the step of the switch
     """
 
     def __init__(self, to: Literal["practical", "theoretical"] = "practical", epoch: int | None = None, step: int | None = None, attribute: str = "estimator") -> None:

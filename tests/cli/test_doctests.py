@@ -77,6 +77,9 @@ DOCTESTED = {
     "fccolit.callbacks.schedules": ["HyperParameterSchedule", "InverseSqrtSchedule"],
     "fccolit.callbacks.stop_gradient": ["StopGradientSwitch"],
     "fccolit.callbacks.sox_boost": ["SOXBoost"],
+    "fccolit.callbacks.schedules": ["HyperParameterSchedule", "InverseSqrtSchedule"],
+    "fccolit.callbacks.stop_gradient": ["StopGradientSwitch"],
+    "fccolit.callbacks.sox_boost": ["SOXBoost"],
 }
 
 
