@@ -78,6 +78,27 @@ class SampledBatch(list):
     :func:`fccolit.samplers.ranking.batch_words`: they do not depend on generator state, on the DataLoader worker or
     on how the global batch is split among ranks. A plain list pickles and passes through DataLoader workers
     unchanged; so does this subclass.
+
+    Args:
+        ids: this rank's dataset indices.
+        seed: the batch seed.
+        positions: the global-batch position of each of ``ids`` (as many as ``ids``).
+        epoch, batch_index: the batch's epoch and number within it (default 0).
+
+    Raises:
+        ValueError: ``positions`` and ``ids`` differ in length.
+
+    Example:
+        >>> import pickle
+        >>> batch = SampledBatch([4, 7], seed=11, positions=[0, 2], epoch=1, batch_index=3)
+        >>> batch, batch.seed, batch.positions, (batch.epoch, batch.batch_index)
+        ([4, 7], 11, [0, 2], (1, 3))
+        >>> pickle.loads(pickle.dumps(batch)).positions
+        [0, 2]
+        >>> SampledBatch([4, 7], seed=11, positions=[0])
+        Traceback (most recent call last):
+            ...
+        ValueError: SampledBatch: 2 ids but 1 positions
     """
 
     def __init__(self, ids: Sequence[int], seed: int, positions: Sequence[int], epoch: int = 0, batch_index: int = 0):
@@ -93,13 +114,35 @@ class SampledBatch(list):
 
 
 class RankAwareBatchSampler(Sampler[list[int]]):
-    """Base class: subclasses implement :meth:`global_batches` and :meth:`num_batches`.
+    """Base class of the resumable samplers: rank ``r`` of ``W`` gets ``global[r::W]`` of each global batch, a pure
+    function of ``(seed, epoch, position)``; subclasses implement :meth:`global_batches`, :meth:`num_batches` and
+    :meth:`global_batch_size`.
 
     Args:
         seed: base seed; epoch ``e`` draws from ``torch.Generator().manual_seed(seed * 100_003 + e)``.
         rank, world_size: override the process group's values (tests; None reads ``torch.distributed``).
 
     Yields :class:`SampledBatch` (``batch_type``) lists: this rank's indices with the batch's random-number keys.
+
+    Raises:
+        ValueError: on iteration, when the global batch does not divide evenly among ``world_size`` processes;
+            from :meth:`load_state_dict`, when the state was saved with another seed.
+        NotImplementedError: a subclass left :meth:`global_batches`, :meth:`num_batches` or
+            :meth:`global_batch_size` out.
+
+    Example (a subclass, :class:`~fccolit.samplers.uniform.UniformBatchSampler`, resumed after one batch):
+        >>> from fccolit.samplers.uniform import UniformBatchSampler
+        >>> sampler = UniformBatchSampler(6, 2, seed=0, rank=0, world_size=1)
+        >>> list(sampler)
+        [[2, 5], [3, 0], [1, 4]]
+        >>> resumed = UniformBatchSampler(6, 2, seed=0, rank=0, world_size=1)
+        >>> resumed.load_state_dict(sampler.state_dict(batches_consumed=1))
+        >>> list(resumed)
+        [[3, 0], [1, 4]]
+        >>> list(UniformBatchSampler(6, 3, rank=0, world_size=2))
+        Traceback (most recent call last):
+            ...
+        ValueError: UniformBatchSampler: the global batch (3) must divide evenly among 2 processes; choose a batch size that is a multiple of the number of devices.
     """
 
     batch_type: type[SampledBatch] = SampledBatch
@@ -183,7 +226,19 @@ class RankAwareBatchSampler(Sampler[list[int]]):
 class SequentialShardSampler(Sampler[list[int]]):
     """Evaluation batches: the data in order, each global batch split into contiguous per-rank shards.
 
-    Nothing is repeated or padded (unlike ``DistributedSampler``), so metrics gathered across ranks are exact.
+    Nothing is repeated or padded (unlike ``DistributedSampler``), so metrics gathered across ranks are exact: the
+    last batch may be short, and a rank's shard of it empty.
+
+    Args:
+        num_samples: size n of the split (indices 0..n−1).
+        batch_size: global batch size B; an epoch has ``⌈n / B⌉`` batches.
+        rank, world_size: override the process group's values (tests; None reads ``torch.distributed``).
+
+    Example (5 samples, batches of 4, two ranks):
+        >>> list(SequentialShardSampler(5, 4, rank=0, world_size=2))
+        [[0, 1], []]
+        >>> list(SequentialShardSampler(5, 4, rank=1, world_size=2))
+        [[2, 3], [4]]
     """
 
     def __init__(self, num_samples: int, batch_size: int, *, rank: int | None = None, world_size: int | None = None):

@@ -43,6 +43,22 @@ class DualSampler(RankAwareBatchSampler):
         pos_ratio: share of positives per batch when ``num_positives`` is not given (default 0.5).
         num_batches: batches per epoch (default: one pass over the negatives, ``⌈N_neg / (B − P)⌉``).
         anchor_sampling: ``"permutation"`` or ``"with_replacement"`` (above).
+        seed, rank, world_size: see :class:`~fccolit.samplers.base.RankAwareBatchSampler`.
+
+    Raises:
+        ValueError: an unknown ``anchor_sampling``; ``num_positives`` outside ``[1, B − 1]``; labels without a
+            positive or without a negative; on iteration, ``num_positives`` or ``batch_size`` not a multiple of
+            ``world_size``.
+
+    Warns:
+        UserWarning: ``num_positives`` exceeds the positives of the labels (every batch repeats positives).
+
+    Example (two positives, 0 and 3, among six samples; batches ``[2 positives | 2 negatives]``):
+        >>> import torch
+        >>> sampler = DualSampler(torch.tensor([1, 0, 0, 1, 0, 0]), batch_size=4, num_positives=2,
+        ...                       seed=0, rank=0, world_size=1)
+        >>> len(sampler), list(iter(sampler))[:2]
+        (2, [[0, 3, 2, 1], [3, 0, 5, 4]])
     """
 
     ANCHOR_SAMPLING = ("permutation", "with_replacement")

@@ -81,6 +81,18 @@ class GroupBatchSampler(RankAwareBatchSampler):
         num_batches: batches per epoch (default: one pass over the samples, ``⌈N / global batch⌉``).
         paired: two independent blocks per batch (see above).
         seed, rank, world_size: see :class:`~fccolit.samplers.base.RankAwareBatchSampler`.
+
+    Raises:
+        ValueError: no samples, or a negative group id; ``groups_per_batch`` outside ``[1, number of non-empty
+            groups]``; ``samples_per_group`` < 1; on iteration, ``groups_per_batch`` (or, with one group per batch,
+            ``samples_per_group``) not a multiple of ``world_size``.
+
+    Example (three groups of two samples; two groups, one sample each, per batch):
+        >>> import torch
+        >>> sampler = GroupBatchSampler(torch.tensor([0, 0, 1, 1, 2, 2]), groups_per_batch=2, samples_per_group=1,
+        ...                             seed=0, rank=0, world_size=1)
+        >>> len(sampler), list(iter(sampler))[:2]
+        (3, [[5, 0], [3, 4]])
     """
 
     def __init__(
@@ -192,6 +204,17 @@ class StratifiedBatchSampler(RankAwareBatchSampler):
         num_batches: batches per epoch (default: one pass, ``⌈N / global batch⌉``).
         paired: two independent stratified blocks per batch.
         seed, rank, world_size: see :class:`~fccolit.samplers.base.RankAwareBatchSampler`.
+
+    Raises:
+        ValueError: ``batch_size`` < 1; no samples, or a negative cell id; a batch too small to hold one row of each
+            non-empty cell; on iteration, ``batch_size`` not a multiple of ``world_size``.
+
+    Example (cell 0 holds four samples, cell 1 two: a batch of 3 takes two rows of cell 0 and one of cell 1):
+        >>> import torch
+        >>> sampler = StratifiedBatchSampler(torch.tensor([0, 0, 0, 0, 1, 1]), batch_size=3,
+        ...                                  seed=0, rank=0, world_size=1)
+        >>> sampler.quotas, len(sampler), list(iter(sampler))[:2]
+        ([2, 1], 2, [[1, 4, 0], [2, 5, 3]])
     """
 
     def __init__(

@@ -116,6 +116,23 @@ class MultiLabelSampler(RankAwareBatchSampler):
 
     Attributes:
         num_tasks, num_samples, global_size (``K · (P + Q)``).
+
+    Raises:
+        ValueError: labels that are not ``[N]`` or ``[N, T]``; ``tasks_per_batch`` outside ``[1, T]``;
+            ``num_positives`` < 1 or ``num_negatives`` < 0; a task without a positive (or, when ``num_negatives`` > 0,
+            without a negative); on iteration, ``num_positives`` or ``num_negatives`` not a multiple of ``world_size``.
+
+    Warns:
+        UserWarning: a task has fewer positives than ``num_positives`` (its batches repeat positives).
+
+    Example (four samples, two tasks; one task per batch, one positive and one negative; pair id = task · 4 +
+    sample):
+        >>> import torch
+        >>> labels = torch.tensor([[1, 0], [0, 1], [1, 1], [0, 0]])
+        >>> sampler = MultiLabelSampler(labels, tasks_per_batch=1, num_positives=1, num_negatives=1,
+        ...                             seed=0, rank=0, world_size=1)
+        >>> len(sampler), list(iter(sampler))[:2]
+        (2, [[2, 1], [6, 7]])
     """
 
     def __init__(
@@ -225,6 +242,23 @@ class MultiLabelPairDataset(Dataset):
     Args:
         base: the per-sample dataset (``len(base) == N``).
         labels: ``[N, T]`` label matrix of ``base`` (the one the sampler was built from).
+
+    Raises:
+        ValueError: labels that are not ``[N]`` or ``[N, T]``; ``len(base)`` differs from N.
+
+    Example (pairs 2 = (task 0, sample 2) and 6 = (task 1, sample 2) of a four-sample, two-task base):
+        >>> import torch
+        >>> class Base(torch.utils.data.Dataset):
+        ...     def __init__(self, x, y): self.x, self.y = x, y
+        ...     def __len__(self): return len(self.x)
+        ...     def __getitems__(self, ids): return {"x": self.x[ids], "y": self.y[ids]}
+        >>> labels = torch.tensor([[1, 0], [0, 1], [1, 1], [0, 0]])
+        >>> dataset = MultiLabelPairDataset(Base(torch.zeros(4, 3), labels), labels)
+        >>> batch = dataset.__getitems__([2, 6])
+        >>> len(dataset), tuple(batch["x"].shape), tuple(batch["labels"].shape)
+        (8, (2, 3), (2, 2))
+        >>> batch["task"].tolist(), batch["y"].tolist(), batch["pos_index"].tolist(), batch["neg_index"].tolist()
+        ([0, 1], [1, 1], [1, 3], [-1, -1])
     """
 
     def __init__(self, base: Dataset, labels: Any) -> None:

@@ -139,7 +139,19 @@ def sample_distinct(
 
 class QueryBatch(SampledBatch):
     """One rank's share of a global query batch: a list of query ids with the batch's random-number keys
-    (:class:`~fccolit.samplers.base.SampledBatch`: ``seed``, ``positions``, ``epoch``, ``batch_index``)."""
+    (:class:`~fccolit.samplers.base.SampledBatch`: ``seed``, ``positions``, ``epoch``, ``batch_index``).
+
+    Args:
+        ids, seed, positions, epoch, batch_index: as for :class:`~fccolit.samplers.base.SampledBatch`.
+
+    Raises:
+        ValueError: ``positions`` and ``ids`` differ in length.
+
+    Example:
+        >>> batch = QueryBatch([3, 0], seed=5, positions=[1, 3])
+        >>> batch, batch.seed, batch.positions
+        ([3, 0], 5, [1, 3])
+    """
 
 
 class QueryBatchSampler(RankAwareBatchSampler):
@@ -156,6 +168,17 @@ class QueryBatchSampler(RankAwareBatchSampler):
         queries_per_batch: the global batch size B (a multiple of the number of processes).
         num_batches: batches per epoch (default: one pass over the eligible queries, ``⌈n_eligible / B⌉``).
         seed, rank, world_size: see :class:`~fccolit.samplers.RankAwareBatchSampler`.
+
+    Raises:
+        ValueError: no eligible query; repeated query ids; ``queries_per_batch`` outside ``[1, n_eligible]``;
+            ``num_batches`` < 1; on iteration, ``queries_per_batch`` not a multiple of ``world_size``.
+
+    Example (queries 0, 2 and 3 are eligible):
+        >>> import torch
+        >>> sampler = QueryBatchSampler(torch.tensor([True, False, True, True]), queries_per_batch=2,
+        ...                             seed=0, rank=0, world_size=1)
+        >>> len(sampler), list(iter(sampler))[:2], type(next(iter(sampler))).__name__
+        (2, [[3, 0], [2, 3]], 'QueryBatch')
     """
 
     batch_type = QueryBatch

@@ -24,6 +24,15 @@ class UniformBatchSampler(RankAwareBatchSampler):
         batch_size: global batch size B (≤ n).
         num_batches: batches per epoch (default ``⌊n / B⌋``, one pass; at most ``⌊n / B⌋``).
         seed, rank, world_size: see :class:`~fccolit.samplers.base.RankAwareBatchSampler`.
+
+    Raises:
+        ValueError: ``batch_size`` < 1 or > ``num_samples``; ``num_batches`` outside ``[1, ⌊n / B⌋]``; on iteration,
+            a global batch that does not divide among the ``world_size`` processes.
+
+    Example:
+        >>> sampler = UniformBatchSampler(6, 2, seed=0, rank=0, world_size=1)
+        >>> len(sampler), list(iter(sampler))[:2]
+        (3, [[2, 5], [3, 0]])
     """
 
     def __init__(
