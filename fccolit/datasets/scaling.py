@@ -52,6 +52,22 @@ class FeatureScaler:
         kind: one of :data:`SCALINGS`.
         shift, scale: the statistics (both None for ``"none"``).
         rows: the number of training rows they were computed from (for messages; 0 if unknown).
+
+    Raises:
+        ValueError: ``kind`` not one of :data:`SCALINGS`; ``shift`` / ``scale`` given for ``"none"`` or missing for
+            the others; a scale that is not positive, or a shift that is not finite; from :meth:`fit`, no rows.
+
+    Example (the second feature is constant in training, so it becomes 0):
+        >>> import numpy as np, torch
+        >>> scaler = FeatureScaler.fit("standard", [np.array([[0.0, 5.0], [2.0, 5.0]]), np.array([[4.0, 5.0]])])
+        >>> scaler, scaler.shift.tolist()
+        (FeatureScaler('standard', 2 features from 3 rows), [2.0, 5.0])
+        >>> scaler(torch.tensor([[4.0, 7.0]]))
+        tensor([[1.2247, 0.0000]])
+        >>> FeatureScaler("minmax")
+        Traceback (most recent call last):
+            ...
+        ValueError: FeatureScaler('minmax'): shift and scale are needed for 'standard' and 'minmax' only
     """
 
     def __init__(self, kind: str, shift: torch.Tensor | None = None, scale: torch.Tensor | None = None,

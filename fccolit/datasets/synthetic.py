@@ -14,8 +14,10 @@ __all__ = ["SyntheticQueryLists"]
 
 
 class SyntheticQueryLists(Dataset):
-    """Training queries of :class:`~fccolit.datamodules.SyntheticRankingDataModule`; ``__getitems__`` builds a whole
-    schema batch (:mod:`fccolit.datamodules.synthetic_ranking`) at once.
+    """Training queries of the generated ranking data: ``__getitems__`` builds a whole batch of lists at once.
+
+    The queries of :class:`~fccolit.datamodules.SyntheticRankingDataModule`; the batch follows the schema of
+    :mod:`fccolit.datamodules.synthetic_ranking`.
 
     CSR layout: query q's relevant training items are ``rel_*[rel_offsets[q]:rel_offsets[q+1]]`` (their pair ids
     are those positions), its other items (learning to rank) ``other_*[other_offsets[q]:...]``.
@@ -29,6 +31,22 @@ class SyntheticQueryLists(Dataset):
             ``user · num_items + item`` of every training rating, the number of items.
         rel_features, other_offsets, other_features: learning to rank: ``[R, F]`` features of the relevant
             documents, ``[Q + 1]`` offsets and ``[O, F]`` features of the others.
+
+    Raises:
+        RuntimeError: recommendation, from ``__getitems__``: 64 rounds of rejection sampling found no unrated item
+            for some list position (a user rated almost every item).
+
+    Example (learning to rank, two queries with full lists: query 0 has one relevant and two other documents,
+    query 1 two relevant and one other; ``F = 2``):
+        >>> import numpy as np
+        >>> dataset = SyntheticQueryLists(
+        ...     "ltr", np.array([0, 1, 3]), np.array([1.0, 2.0, 1.0]), np.array([1.0, 2.5]), None, None, None,
+        ...     rel_features=np.zeros((3, 2)), other_offsets=np.array([0, 2, 3]), other_features=np.ones((3, 2)))
+        >>> batch = dataset.__getitems__([0, 1])
+        >>> len(dataset), tuple(batch["features"].shape), batch["mask"].tolist()
+        (2, (2, 4, 2), [[True, False, True, True], [True, True, True, False]])
+        >>> batch["relevance"].tolist()
+        [[1.0, 0.0, 0.0, 0.0], [2.0, 1.0, 0.0, 0.0]]
     """
 
     def __init__(

@@ -12,11 +12,30 @@ __all__ = ["ChestXrayTransform", "ClipImageTransform"]
 
 
 class ChestXrayTransform:
-    """LibAUC's CheXpert image pipeline: grayscale → (training) ``RandomAffine(±15°, translate 0.05, scale
-    0.95–1.05)`` → resize to ``size × size`` → 3 channels. Returns uint8 ``[3, size, size]``.
+    """LibAUC's CheXpert image pipeline: a JPEG path to a uint8 ``[3, size, size]`` grayscale image tensor.
+
+    Grayscale → (training) ``RandomAffine(±15°, translate 0.05, scale 0.95–1.05)`` → resize to ``size × size`` →
+    3 channels.
 
     JPEG decoding uses PIL's draft mode (DCT scaling to at least ``size``), which makes the full-resolution
     ``CheXpert-v1.0`` images cheap to read; the ``-small`` images are decoded as they are.
+
+    Args:
+        size: side S of the square output.
+        augment: apply the random affine transform (training).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (raised by PIL).
+        PIL.UnidentifiedImageError: the file is not an image PIL can read.
+
+    Example (a 40 × 30 JPEG written to a temporary folder):
+        >>> import tempfile, pathlib
+        >>> from PIL import Image
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.jpg"
+        >>> Image.new("RGB", (40, 30), (200, 10, 10)).save(path)
+        >>> image = ChestXrayTransform(size=16)(path)
+        >>> tuple(image.shape), image.dtype
+        ((3, 16, 16), torch.uint8)
     """
 
     def __init__(self, size: int = 320, augment: bool = False) -> None:
@@ -40,8 +59,28 @@ class ChestXrayTransform:
 
 
 class ClipImageTransform:
-    """CLIP's preprocessing: shorter side to ``size`` (bicubic), center crop ``size × size``; with ``augment`` a
-    random crop position along the longer side and a horizontal flip. Returns uint8 ``[3, size, size]``."""
+    """CLIP's preprocessing: a JPEG path to a uint8 ``[3, size, size]`` RGB image tensor.
+
+    Shorter side to ``size`` (bicubic), center crop ``size × size``; with ``augment`` a random crop position along
+    the longer side and a horizontal flip.
+
+    Args:
+        size: side S of the square output.
+        augment: random crop position and horizontal flip (training; drawn from torch's global generator).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (raised by PIL).
+        PIL.UnidentifiedImageError: the file is not an image PIL can read.
+
+    Example (a 40 × 30 JPEG written to a temporary folder):
+        >>> import tempfile, pathlib
+        >>> from PIL import Image
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.jpg"
+        >>> Image.new("RGB", (40, 30), (200, 10, 10)).save(path)
+        >>> image = ClipImageTransform(size=8)(path)
+        >>> tuple(image.shape), image.dtype
+        ((3, 8, 8), torch.uint8)
+    """
 
     def __init__(self, size: int = 224, augment: bool = False) -> None:
         self.size, self.augment = int(size), augment

@@ -114,9 +114,10 @@ class SampledBatch(list):
 
 
 class RankAwareBatchSampler(Sampler[list[int]]):
-    """Base class of the resumable samplers: rank ``r`` of ``W`` gets ``global[r::W]`` of each global batch, a pure
-    function of ``(seed, epoch, position)``; subclasses implement :meth:`global_batches`, :meth:`num_batches` and
-    :meth:`global_batch_size`.
+    """Base class of the resumable samplers: rank ``r`` of ``W`` gets ``global[r::W]`` of each global batch.
+
+    The stream is a pure function of ``(seed, epoch, position)``; subclasses implement :meth:`global_batches`,
+    :meth:`num_batches` and :meth:`global_batch_size`.
 
     Args:
         seed: base seed; epoch ``e`` draws from ``torch.Generator().manual_seed(seed * 100_003 + e)``.

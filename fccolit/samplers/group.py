@@ -184,8 +184,9 @@ def proportional_quotas(cell_sizes: list[int], batch_size: int) -> list[int]:
 
 
 class StratifiedBatchSampler(RankAwareBatchSampler):
-    """Shuffled batches of ``batch_size`` rows stratified by a cell label: each cell contributes a fixed quota
-    (:func:`proportional_quotas`: proportional to its size, at least one row), so every cell is in every batch.
+    """Shuffled batches of ``batch_size`` rows stratified by a cell label, so that every cell is in every batch.
+
+    Each cell contributes a fixed quota (:func:`proportional_quotas`: proportional to its size, at least one row).
 
     For AUC under ROC-fairness constraints the cells are (group × class): a constraint's group means need both
     groups of its class in the batch, and plain shuffled batches of 64 rows miss Adult's rarest cell (women with

@@ -138,8 +138,10 @@ def sample_distinct(
 
 
 class QueryBatch(SampledBatch):
-    """One rank's share of a global query batch: a list of query ids with the batch's random-number keys
-    (:class:`~fccolit.samplers.base.SampledBatch`: ``seed``, ``positions``, ``epoch``, ``batch_index``).
+    """One rank's share of a global query batch: a list of query ids with the batch's random-number keys.
+
+    The keys are those of :class:`~fccolit.samplers.base.SampledBatch`: ``seed``, ``positions``, ``epoch``,
+    ``batch_index``.
 
     Args:
         ids, seed, positions, epoch, batch_index: as for :class:`~fccolit.samplers.base.SampledBatch`.
