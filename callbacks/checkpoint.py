@@ -39,6 +39,27 @@ class RunCheckpoint(ModelCheckpoint):
     A resumed run writes to its own folder and continues the interrupted run's selection: the best score and the
     top-k files it recorded carry over (Lightning forgets them when the folder changes), so ``best`` stays the best of
     the whole trajectory, and files in an earlier run's folder are never removed.
+
+    Args:
+        dirpath, filename, monitor, verbose, save_last, save_top_k, save_on_exception, save_weights_only, mode,
+            auto_insert_metric_name,
+            every_n_train_steps, train_time_interval, every_n_epochs, save_on_train_epoch_end,
+            enable_version_counter: those of Lightning's ``ModelCheckpoint``, unchanged; ``save_last`` must be on
+            for ``last.ckpt`` to be written at all.
+
+    Raises:
+        lightning.fabric.utilities.exceptions.MisconfigurationException: as ``ModelCheckpoint``: ``save_top_k`` < -1,
+            an unknown ``mode``, or more than one of ``every_n_train_steps``, ``every_n_epochs`` and
+            ``train_time_interval`` set.
+
+    Example:
+        >>> checkpoint = RunCheckpoint(monitor="val/ap", mode="max", save_last=True, filename="best")
+        >>> checkpoint.monitor, checkpoint.mode, checkpoint.save_last, checkpoint.save_top_k
+        ('val/ap', 'max', True, 1)
+        >>> RunCheckpoint(save_top_k=-2)
+        Traceback (most recent call last):
+            ...
+        lightning.fabric.utilities.exceptions.MisconfigurationException: Invalid value for save_top_k=-2. Must be >= -1
     """
 
     #: the global step of the newest last.ckpt this run wrote

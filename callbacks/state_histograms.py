@@ -26,6 +26,22 @@ class StateHistograms(Callback):
     ``<name>`` is the state's own name (``u``, ``lambda``, ...; its attribute path if two states share a name). The state is
     identical on every rank, so rank 0 logs it. Only TensorBoard loggers receive histograms; other loggers get the
     scalars.
+
+    Args:
+        every_n_epochs: log after every this many training epochs (≥ 1).
+        max_rows: at most this many visited rows go into a histogram (a uniform subsample of a larger table).
+
+    Raises:
+        ValueError: ``every_n_epochs`` < 1.
+
+    Example:
+        >>> histograms = StateHistograms(every_n_epochs=5)
+        >>> histograms.every_n_epochs, histograms.max_rows
+        (5, 1000000)
+        >>> StateHistograms(every_n_epochs=0)
+        Traceback (most recent call last):
+            ...
+        ValueError: every_n_epochs must be ≥ 1, got 0
     """
 
     def __init__(self, every_n_epochs: int = 1, max_rows: int = 1_000_000) -> None:

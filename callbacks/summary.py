@@ -11,7 +11,24 @@ from lightning.pytorch.utilities import rank_zero_only
 class MetricsSummary(Callback):
     """At the end of ``fit``, print every logged ``val/*`` and ``train/objective`` value as a small table.
 
-    It also prints where the TensorBoard logs are."""
+    It also prints where the TensorBoard logs are. It takes no arguments and raises nothing of its own; a fit
+    without such values prints nothing.
+
+    Example:
+        The table for a trainer's logged values (a stand-in trainer: no fit needed):
+
+        >>> from types import SimpleNamespace
+        >>> import torch
+        >>> trainer = SimpleNamespace(callback_metrics={"val/ap": torch.tensor(0.61), "train/loss": torch.tensor(1.0),
+        ...                                             "train/objective_epoch": torch.tensor(-0.7)},
+        ...                           progress_bar_callback=None, logger=None)
+        >>> MetricsSummary().on_fit_end(trainer, None)
+        <BLANKLINE>
+        metric                 value
+        ---------------------  ------
+        train/objective_epoch  -0.7000
+        val/ap                 0.6100
+    """
 
     @rank_zero_only
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -38,7 +55,19 @@ class ProgressLines(Callback):
 
     For output such as a log file or a batch job, where a progress bar writes a carriage-return frame per refresh:
     ``epoch 2, step 476/1428 (33%), 12.4 s: train/objective -0.7123, val/ap 0.6198``. The ``fccolit`` command uses it
-    instead of the progress bar when its output is not a terminal and ``trainer.enable_progress_bar`` is not set."""
+    instead of the progress bar when its output is not a terminal and ``trainer.enable_progress_bar`` is not set.
+    It takes no arguments and raises nothing of its own; a step already printed is not printed twice.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> import torch
+        >>> trainer = SimpleNamespace(sanity_checking=False, global_step=476, estimated_stepping_batches=1428,
+        ...                           current_epoch=2, callback_metrics={"val/ap": torch.tensor(0.6198)})
+        >>> lines = ProgressLines()
+        >>> lines.on_train_epoch_end(trainer, None)
+        epoch 2, step 476/1428 (33%), ... s: val/ap 0.6198
+        >>> lines.on_train_epoch_end(trainer, None)
+    """
 
     def __init__(self) -> None:
         self._printed_step: int | None = None

@@ -102,6 +102,21 @@ class WarmUp(Callback):
             after 50 epochs; with ``reset_optimizer`` the schedule restarts at the switch).
         seed: seed of the re-initialized last layer (drawn independently of the run's random stream, so a run
             resumed from a checkpoint draws the same layer).
+
+    Raises:
+        ValueError: ``epochs`` not a positive integer; at fit setup, ``algorithm`` not a dotted class path.
+        TypeError: at fit setup, the module has no ``delegate_step`` (not an FCCOModule).
+        KeyError: at the warm-up start, ``optimizer_overrides`` names a hyper-parameter the optimizer lacks.
+        RuntimeError: a checkpoint's warm-up state does not fit ``algorithm``.
+
+    Example:
+        >>> warm_up = WarmUp(epochs=20, optimizer_overrides={"lr": 0.001})
+        >>> warm_up.algorithm_path, warm_up.optimizer_overrides, warm_up.switched
+        ('fccolit.algorithms.song.SOLC', {'lr': 0.001}, False)
+        >>> WarmUp(epochs=0)
+        Traceback (most recent call last):
+            ...
+        ValueError: WarmUp: epochs must be a positive integer, got 0
     """
 
     def __init__(

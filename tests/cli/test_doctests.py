@@ -80,9 +80,10 @@ DOCTESTED = {
     "fccolit.callbacks.schedules": ["HyperParameterSchedule", "InverseSqrtSchedule"],
     "fccolit.callbacks.stop_gradient": ["StopGradientSwitch"],
     "fccolit.callbacks.sox_boost": ["SOXBoost"],
-    "fccolit.callbacks.schedules": ["HyperParameterSchedule", "InverseSqrtSchedule"],
-    "fccolit.callbacks.stop_gradient": ["StopGradientSwitch"],
-    "fccolit.callbacks.sox_boost": ["SOXBoost"],
+    "fccolit.callbacks.warmup": ["WarmUp"],
+    "fccolit.callbacks.state_histograms": ["StateHistograms"],
+    "fccolit.callbacks.summary": ["MetricsSummary", "ProgressLines"],
+    "fccolit.callbacks.checkpoint": ["RunCheckpoint"],
 }
 
 
