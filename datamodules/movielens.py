@@ -254,6 +254,21 @@ class MovieLensDataModule(RecommendationDataModule):
         **kwargs: the split and sampling protocol (``protocol``, ``num_test``, ``relevance``, ``queries_per_batch``,
             ``num_negatives``, ``top_k``, ``cache_dir``, ...): see
             :class:`~fccolit.datamodules.ranking.RecommendationDataModule`.
+
+    Raises:
+        FileNotFoundError: ``root`` holds no ratings file (nor one release zip), or not the ``version`` asked for.
+        ValueError: several releases in ``root`` and no ``version``; an unknown ``version``; a ``rating_scale``
+            that is not ``0 <= lowest <= highest``; a ratings file without any rating; a corrupt release zip; the
+            checks of :class:`~fccolit.datamodules.ranking.RecommendationDataModule`.
+        RuntimeError: ``download=True`` and the download or its checksum fails.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from fccolit.testing.ranking import write_movielens_csv
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = write_movielens_csv(pathlib.Path(folder))  # a small ratings.csv: 60 users, 120 movies
+        ...     MovieLensDataModule(folder, cache_dir=folder).sizes
+        {'num_users': 60, 'num_items': 120, 'num_queries': 60, 'num_pairs': 1521}
     """
 
     def __init__(

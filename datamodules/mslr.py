@@ -175,6 +175,22 @@ class MSLRDataModule(RankingDataModule):
         num_workers, eval_batch_size: DataLoader workers and queries per evaluation batch.
         cache_dir: cache location (None: the user cache folder,
             ``$FCCOLIT_CACHE_DIR`` or ``~/.cache/fccolit``: :func:`~fccolit.io.default_cache_dir`).
+
+    Raises:
+        FileNotFoundError: ``root`` holds no LETOR layout for ``fold`` / ``yahoo_set``, or a LightGBM data file
+            lacks its ``.query`` file.
+        ValueError: ``normalize`` or ``empty_queries`` is not one of the listed values; ``slate_length < 1``; a
+            split file holds no document; no training query has a relevant document; ``normalize="allrank"`` with
+            the default feature lists on data that has not 136 features, or feature indices out of range; the
+            checks of :class:`~fccolit.datamodules.ranking.RankingDataModule`.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from fccolit.testing.ranking import write_mslr_fold
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = write_mslr_fold(pathlib.Path(folder))  # a small Fold1/ of train, vali and test.txt, 136 features
+        ...     MSLRDataModule(folder, cache_dir=folder).sizes
+        {'num_queries': 30, 'num_features': 136, 'num_pairs': 304}
     """
 
     def __init__(

@@ -105,6 +105,19 @@ class NetflixDataModule(RecommendationDataModule):
     Parsing takes minutes for the full data (about 2 GB of text); it happens once, in ``__init__``, and the
     result is cached (``<cache_dir>/netflix-…/``, keyed by every rating file, ``probe.txt`` when used, and the
     options).
+
+    Raises:
+        FileNotFoundError: ``root`` holds no Netflix rating file, or ``holdout="probe"`` without ``probe.txt``.
+        ValueError: ``holdout`` is not ``"time"`` or ``"probe"``; the rating files hold no rating; the checks of
+            :class:`~fccolit.datamodules.ranking.RecommendationDataModule` (e.g. no user with ``min_ratings``).
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from fccolit.testing.ranking import write_netflix
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = write_netflix(pathlib.Path(folder))  # small combined_data_*.txt files: 50 users, 80 movies
+        ...     NetflixDataModule(folder, min_ratings=1, cache_dir=folder).sizes
+        {'num_users': 50, 'num_items': 80, 'num_queries': 50, 'num_pairs': 1132}
     """
 
     def __init__(

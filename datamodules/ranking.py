@@ -43,6 +43,20 @@ class RankingDataModule(FCCODataModule):
         num_workers, eval_batch_size: DataLoader workers and queries per evaluation batch.
         cache_dir: where the parsed arrays are cached (None: the user cache folder,
             ``$FCCOLIT_CACHE_DIR`` or ``~/.cache/fccolit``: :func:`~fccolit.io.default_cache_dir`).
+
+    Raises:
+        ValueError: ``queries_per_batch`` or ``num_positives`` below 1, or ``top_k`` below 1 (not None).
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from fccolit.datamodules import MSLRDataModule
+        >>> from fccolit.testing.ranking import write_mslr_fold
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = write_mslr_fold(pathlib.Path(folder))
+        ...     MSLRDataModule(folder, num_positives=0, cache_dir=folder)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_positives must be positive, got 0
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
@@ -162,6 +176,23 @@ class RecommendationDataModule(RankingDataModule):
         eval_batch_size: users per evaluation batch (full ranking scores ``[eval_batch_size, num_items]`` at once).
         cache_dir: cache location (None: the user cache folder,
             ``$FCCOLIT_CACHE_DIR`` or ``~/.cache/fccolit``: :func:`~fccolit.io.default_cache_dir`).
+
+    Raises:
+        ValueError: the checks of :class:`RankingDataModule`; then, in :meth:`_load` (when the subclass has found its
+            files): ``protocol``, ``short_users`` or ``relevance`` not one of the listed values; ``num_negatives``,
+            ``num_test`` or ``num_val`` below 0; no rating; no user with ``min_ratings`` ratings; no relevant
+            training (user, item) pair.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from fccolit.datamodules import MovieLensDataModule
+        >>> from fccolit.testing.ranking import write_movielens_csv
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = write_movielens_csv(pathlib.Path(folder))
+        ...     MovieLensDataModule(folder, num_negatives=-1, cache_dir=folder)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_negatives must be >= 0, got -1
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out
