@@ -47,6 +47,21 @@ class ListwiseTrainDataset(Dataset):
         slate_length: L.
         num_positives: P, relevant documents drawn first (at most L).
         top_k: K of ``ideal_dcg_at_k`` (None: no such field).
+
+    Raises:
+        IndexError: from ``__getitems__``, a query id outside ``[0, Q)``.
+
+    Example (two queries of three and two documents, ``F = 2``; slates of two with one relevant document first):
+        >>> import numpy as np
+        >>> indptr, relevance = np.array([0, 3, 5]), np.array([2, 0, 1, 0, 1], dtype=np.float32)
+        >>> features = np.zeros((5, 2), dtype=np.float32)
+        >>> dataset = ListwiseTrainDataset(features, relevance, indptr, ltr_pair_arrays(indptr, relevance),
+        ...                                slate_length=2, num_positives=1)
+        >>> batch = dataset.__getitems__([0, 1])
+        >>> len(dataset), tuple(batch["features"].shape), batch["mask"].tolist(), batch["num_relevant"].tolist()
+        (2, (2, 2, 2), [[True, True], [True, True]], [2, 1])
+        >>> sorted(dataset[0])
+        ['features', 'ideal_dcg', 'mask', 'num_items', 'num_relevant', 'pair_index', 'query', 'relevance']
     """
 
     def __init__(
@@ -137,6 +152,19 @@ class ListEvalDataset(Dataset):
     Args:
         features, relevance, indptr: the split (as :class:`ListwiseTrainDataset`).
         queries: the query ids to evaluate (default: all; e.g. without the queries that have no relevant document).
+
+    Raises:
+        IndexError: from ``__getitems__``, a row outside ``[0, len(self))``.
+
+    Example (the two-document query comes first, its row padded to the three of the other):
+        >>> import numpy as np
+        >>> indptr, relevance = np.array([0, 3, 5]), np.array([2, 0, 1, 0, 1], dtype=np.float32)
+        >>> dataset = ListEvalDataset(np.zeros((5, 2), dtype=np.float32), relevance, indptr)
+        >>> batch = dataset.__getitems__([0, 1])
+        >>> batch["query"].tolist(), tuple(batch["features"].shape), batch["mask"].tolist()
+        ([1, 0], (2, 3, 2), [[True, True, False], [True, True, True]])
+        >>> batch["relevance"].tolist()
+        [[0.0, 1.0, 0.0], [2.0, 0.0, 1.0]]
     """
 
     def __init__(

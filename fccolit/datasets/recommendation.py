@@ -192,6 +192,21 @@ class RecommendationTrainDataset(Dataset):
         num_positives: P, relevant items per user.
         num_negatives: M, unrated items per user.
         top_k: K of ``ideal_dcg_at_k`` (None: no such field).
+
+    Raises:
+        KeyError: ``arrays`` lacks one of the arrays of :func:`build_recommendation_arrays`.
+        IndexError: from ``__getitems__``, a user id outside ``[0, U)``.
+
+    Example (two users with three ratings each; the last one is the test item, the one before it validation):
+        >>> import numpy as np
+        >>> from fccolit.io.ratings import Ratings
+        >>> ratings = Ratings(user=np.array([1, 1, 1, 2, 2, 2]), item=np.array([10, 11, 12, 10, 12, 13]),
+        ...                   rating=np.array([5, 4, 3, 4, 5, 2], dtype=np.float32), time=np.arange(6))
+        >>> arrays = build_recommendation_arrays(ratings, num_test=1, num_val=1)
+        >>> dataset = RecommendationTrainDataset(arrays, num_positives=1, num_negatives=2)
+        >>> batch = dataset.__getitems__([0, 1])
+        >>> len(dataset), tuple(batch["items"].shape), batch["mask"].all().item()
+        (2, (2, 3), True)
     """
 
     def __init__(
@@ -270,6 +285,20 @@ class FullRankingEvalDataset(_UserEvalDataset):
             holds out in the other split: the validation items for ``"test"`` (rated before), and the test items for
             ``"val"`` (so that a user's test item, a later true positive, is not ranked as a negative in the
             validation ranking that selects the checkpoint).
+
+    Raises:
+        KeyError: a ``split`` other than ``"val"`` / ``"test"`` (no ``{split}_indptr`` array).
+        IndexError: from ``__getitems__``, a row outside ``[0, len(self))``.
+
+    Example (user 0 holds out item 2 for test; its training item 0 and validation item 1 are excluded):
+        >>> import numpy as np
+        >>> from fccolit.io.ratings import Ratings
+        >>> ratings = Ratings(user=np.array([1, 1, 1, 2, 2, 2]), item=np.array([10, 11, 12, 10, 12, 13]),
+        ...                   rating=np.array([5, 4, 3, 4, 5, 2], dtype=np.float32), time=np.arange(6))
+        >>> dataset = FullRankingEvalDataset(build_recommendation_arrays(ratings, num_test=1, num_val=1), "test")
+        >>> batch = dataset.__getitems__([0])
+        >>> len(dataset), batch["heldout_items"].tolist(), batch["exclude_items"].tolist()
+        (2, [[2]], [[0, 1]])
     """
 
     def __init__(self, arrays: Mapping[str, np.ndarray], split: Literal["val", "test"]):
@@ -296,13 +325,28 @@ class FullRankingEvalDataset(_UserEvalDataset):
 
 
 class SampledCandidatesEvalDataset(_UserEvalDataset):
-    """LibAUC's evaluation batches: each user's held-out items (padded to ``width`` columns) followed by the
-    fixed sampled unrated negatives of the split.
+    """LibAUC's evaluation batches: each user's held-out items followed by the split's sampled unrated negatives.
+
+    The held-out items are padded to ``width`` columns; the negatives are fixed when the arrays are built.
 
     Args:
         arrays: the arrays of :func:`build_recommendation_arrays` built with ``eval_negatives``.
         split: ``"val"`` or ``"test"``.
         width: held-out columns (the most items a user holds out in the split, e.g. 5).
+
+    Raises:
+        KeyError: ``arrays`` built without ``eval_negatives``, or a ``split`` other than ``"val"`` / ``"test"``.
+        IndexError: from ``__getitems__``, a row outside ``[0, len(self))``.
+
+    Example (one held-out item and one sampled negative per user):
+        >>> import numpy as np
+        >>> from fccolit.io.ratings import Ratings
+        >>> ratings = Ratings(user=np.array([1, 1, 1, 2, 2, 2]), item=np.array([10, 11, 12, 10, 12, 13]),
+        ...                   rating=np.array([5, 4, 3, 4, 5, 2], dtype=np.float32), time=np.arange(6))
+        >>> arrays = build_recommendation_arrays(ratings, num_test=1, num_val=1, eval_negatives=1)
+        >>> batch = SampledCandidatesEvalDataset(arrays, "test", width=1).__getitems__([0, 1])
+        >>> batch["items"].tolist(), batch["relevance"].tolist()
+        ([[2, 3], [3, 1]], [[3.0, 0.0], [2.0, 0.0]])
     """
 
     def __init__(self, arrays: Mapping[str, np.ndarray], split: Literal["val", "test"], width: int):
