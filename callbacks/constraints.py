@@ -82,6 +82,25 @@ class ConstraintStatistics(torchmetrics.Metric):
     Args:
         num_constraints: m, the objective's ``num_constraints``.
         dim: d', its ``inner_dim``.
+        kwargs: torchmetrics' ``Metric`` options (``dist_sync_on_step``, ``process_group``, ...).
+
+    Raises:
+        ValueError: ``update`` with ``sums`` or ``counts`` not of shape ``[m, d']``.
+
+    Example:
+        Two constraints with one inner value each; the second has seen no data:
+
+        >>> import torch
+        >>> statistics = ConstraintStatistics(num_constraints=2, dim=1)
+        >>> statistics.update(torch.tensor([[3.0], [0.0]]), torch.tensor([[2.0], [0.0]]))
+        >>> statistics.update(torch.tensor([[1.0], [0.0]]), torch.tensor([[2.0], [0.0]]))
+        >>> statistics.compute()
+        tensor([[1.],
+                [nan]], dtype=torch.float64)
+        >>> statistics.update(torch.zeros(3, 1), torch.ones(3, 1))
+        Traceback (most recent call last):
+            ...
+        ValueError: constraint statistics must have shape (2, 1), got (3, 1) and (3, 1)
     """
 
     is_differentiable = False
@@ -175,6 +194,20 @@ class ConstraintViolationLogger(Callback):
         legacy_multiplier_tags: also log the penalty weights as ``{stage}/multiplier_<i>`` (the old tag name).
         figure: draw ``{stage}/figures/constraints`` (rank 0, TensorBoard loggers only; see
             :func:`fccolit.metrics.figures.log_constraint_figure`).
+
+    Raises:
+        ValueError: ``stages`` holds a name other than ``"train"``, ``"val"``, ``"test"``; ``every_n_epochs`` < 1.
+        TypeError: when logging, the module's ``objective`` has no ``constraint_statistics()`` (not a
+            :class:`~fccolit.objectives.constrained.ConstrainedObjective`).
+
+    Example:
+        >>> logger = ConstraintViolationLogger(every_n_epochs=2, stages=("val",))
+        >>> logger.every_n_epochs, logger.stages, logger.log_kkt_multipliers
+        (2, ('val',), True)
+        >>> ConstraintViolationLogger(stages=("valid",))
+        Traceback (most recent call last):
+            ...
+        ValueError: stages must be among 'train', 'val', 'test', got ['valid']
     """
 
     def __init__(

@@ -41,6 +41,25 @@ class PredictionWriter(BasePredictionWriter):
         path: the CSV file; None: ``predictions.csv`` in the logger's version folder
             (``lightning_logs/<name>/version_<k>/``), or in the trainer's ``default_root_dir`` without a logger.
             Under DDP each process writes its own ``<stem>.rank<r>.csv``.
+
+    Raises:
+        ValueError: at prediction start, the file is an existing folder; at a batch, the batch has neither an
+            ``index`` field matching its scores nor a ``query`` field (:func:`prediction_rows`), or its columns
+            differ from the earlier batches'.
+        OSError: the finished file cannot be renamed into place (the side file is removed).
+
+    Example:
+        The file each process writes (a stand-in trainer: rank 1 of 2):
+
+        >>> import tempfile
+        >>> from types import SimpleNamespace
+        >>> writer = PredictionWriter(path="out/predictions.csv")
+        >>> writer.output_path(SimpleNamespace(world_size=2, global_rank=1)).as_posix()
+        'out/predictions.rank1.csv'
+        >>> PredictionWriter(path=tempfile.gettempdir()).on_predict_start(SimpleNamespace(world_size=1), None)
+        Traceback (most recent call last):
+            ...
+        ValueError: --prediction_writer.path ... is a folder: give a file name, e.g. .../predictions.csv
     """
 
     def __init__(self, path: str | os.PathLike | None = None) -> None:

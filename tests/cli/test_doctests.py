@@ -91,6 +91,8 @@ DOCTESTED = {
     "fccolit.callbacks.state_histograms": ["StateHistograms"],
     "fccolit.callbacks.summary": ["MetricsSummary", "ProgressLines"],
     "fccolit.callbacks.checkpoint": ["RunCheckpoint"],
+    "fccolit.callbacks.prediction_writer": ["PredictionWriter"],
+    "fccolit.callbacks.constraints": ["ConstraintStatistics", "ConstraintViolationLogger"],
 }
 
 
