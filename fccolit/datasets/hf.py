@@ -23,8 +23,9 @@ __all__ = [
 
 
 class ArrowRowsDataset(Dataset):
-    """A split of a ``datasets.Dataset`` whose batch is one Arrow ``take`` of the input columns plus an
-    ``index_select`` of the in-memory fields.
+    """A split of a ``datasets.Dataset`` whose batch is one Arrow ``take`` plus the in-memory fields.
+
+    The input columns are read with one ``take``; the in-memory fields with an ``index_select``.
 
     The input ``x`` of a batch is either
 
@@ -51,6 +52,23 @@ class ArrowRowsDataset(Dataset):
         image_column: the image column.
         augment, padding, mean, std: the image pipeline above.
         scaler: the feature scaling (None: features as they are; images are normalized by ``mean`` / ``std``).
+
+    Raises:
+        ValueError: both or neither of ``feature_columns`` and ``image_column``; a field whose row count differs
+            from ``len(table)``; from ``__getitems__``, a batch of images of several sizes; from
+            :meth:`feature_chunks`, an image column.
+
+    Example (two scalar feature columns, three rows, no scaling):
+        >>> import datasets, torch
+        >>> table = datasets.Dataset.from_dict({"a": [1.0, 2.0, 3.0], "b": [0.0, 1.0, 0.0]})
+        >>> dataset = ArrowRowsDataset(table, {"y": torch.tensor([1, 0, 1])}, feature_columns=["a", "b"])
+        >>> batch = dataset.__getitems__([0, 2])
+        >>> len(dataset), batch["x"].tolist(), batch["y"].tolist()
+        (3, [[1.0, 0.0], [3.0, 0.0]], [1, 1])
+        >>> ArrowRowsDataset(table, {})
+        Traceback (most recent call last):
+            ...
+        ValueError: ArrowRowsDataset: give either feature_columns or image_column
     """
 
     def __init__(

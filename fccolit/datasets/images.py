@@ -46,13 +46,23 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
 class RowOrigin:
-    """``row -> "<file> <unit> <k>"``: where row ``row`` of a dataset was listed (``"train.csv line 12"``,
-    ``"det_train.json frame 4"``), for :class:`ImageFileDataset`'s error messages; picklable for DataLoader workers.
+    """``row -> "<file> <unit> <k>"``: where row ``row`` of a dataset was listed, for error messages.
+
+    E.g. ``"train.csv line 12"`` or ``"det_train.json frame 4"`` in :class:`ImageFileDataset`'s messages; picklable
+    for DataLoader workers.
 
     Args:
         name: the file.
         positions: ``[N]`` the line (or frame) of each row in the file.
         unit: ``"line"`` or ``"frame"``.
+
+    Raises:
+        IndexError: when called with a row outside ``[0, N)`` (numpy indexing).
+
+    Example:
+        >>> import numpy as np
+        >>> RowOrigin("train.csv", np.array([2, 3, 5]))(2)
+        'train.csv line 5'
     """
 
     def __init__(self, name: str, positions: np.ndarray, unit: str = "line") -> None:
@@ -80,6 +90,28 @@ class ImageFileDataset(Dataset):
         load: ``Path -> uint8 tensor [3, S, S]`` (decode, augment, resize); must be picklable for workers.
         mean, std: per-channel normalization of ``[0, 1]`` pixels.
         origin: ``row -> str`` saying where a row's path came from (e.g. ``"train.csv line 12"``).
+
+    Raises:
+        ValueError: a field whose row count differs from ``len(paths)``; from ``__getitems__``, an image ``load``
+            cannot read (naming the file and ``origin``).
+        FileNotFoundError: from ``__getitems__``, a missing image file (naming the file and ``origin``).
+
+    Example (a stand-in ``load`` that returns a white 2 × 2 image; pixels normalized with mean and std 0.5):
+        >>> import tempfile
+        >>> import numpy as np, torch
+        >>> white = lambda path: torch.full((3, 2, 2), 255, dtype=torch.uint8)
+        >>> dataset = ImageFileDataset("data", ["a.jpg", "b/c.jpg"], {"y": torch.tensor([1, 0])}, white,
+        ...                            mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+        >>> batch = dataset.__getitems__([1])
+        >>> len(dataset), dataset.path(1).as_posix(), tuple(batch["x"].shape), batch["x"].max().item(), batch["y"]
+        (2, 'data/b/c.jpg', (1, 3, 2, 2), 1.0, tensor([0]))
+        >>> from fccolit.datasets.transforms import ClipImageTransform
+        >>> missing = ImageFileDataset(tempfile.mkdtemp(), ["missing.jpg"], {}, ClipImageTransform(8),
+        ...                            origin=RowOrigin("train.csv", np.array([2])))
+        >>> missing[0]
+        Traceback (most recent call last):
+            ...
+        FileNotFoundError: image not found: ...missing.jpg (listed in train.csv line 2). ...
     """
 
     def __init__(
@@ -144,8 +176,9 @@ class ImageFileDataset(Dataset):
 
 
 class ImageArrayDataset(Dataset):
-    """Images stored as a uint8 array (e.g. memory-mapped) plus named per-row fields; a batch is decoded,
-    augmented and normalized at once in ``__getitems__``.
+    """Images stored as a uint8 array (e.g. memory-mapped) plus named per-row fields, a batch built at once.
+
+    ``__getitems__`` gathers, augments and normalizes the whole batch in one go.
 
     Args:
         images: ``[M, H, W, 3]`` uint8 (a split refers to its rows through ``rows``).
@@ -155,6 +188,22 @@ class ImageArrayDataset(Dataset):
             :class:`~fccolit.samplers.base.SampledBatch`) drawn from the batch's keys (:func:`random_crop_flip`), so
             the same after a mid-epoch resume, in any worker and on any number of processes.
         mean, std: per-channel normalization of ``[0, 1]`` pixels.
+        padding: zero padding of the random crop (with ``augment``).
+
+    Raises:
+        ValueError: a field whose row count differs from ``len(rows)``.
+
+    Example (a split of three rows out of five 4 × 4 images):
+        >>> import numpy as np, torch
+        >>> dataset = ImageArrayDataset(np.zeros((5, 4, 4, 3), dtype=np.uint8), np.array([1, 3, 4]),
+        ...                             {"y": torch.tensor([0, 1, 1])}, augment=True, padding=1)
+        >>> batch = dataset.__getitems__([0, 2])
+        >>> len(dataset), tuple(batch["x"].shape), batch["y"].tolist()
+        (3, (2, 3, 4, 4), [0, 1])
+        >>> ImageArrayDataset(np.zeros((5, 4, 4, 3), dtype=np.uint8), np.array([1]), {"y": torch.tensor([0, 1])})
+        Traceback (most recent call last):
+            ...
+        ValueError: field 'y' has 2 rows, the split 1
     """
 
     def __init__(

@@ -59,6 +59,8 @@ DOCTESTED = {
     "fccolit.datamodules.netflix": ["NetflixDataModule"],
     "fccolit.datamodules.mslr": ["MSLRDataModule"],
     "fccolit.metrics.base": ["BatchMetric", "per_task_names", "EvaluationMetrics"],
+    "fccolit.datasets.hf": ["ArrowRowsDataset"],
+    "fccolit.datasets.images": ["RowOrigin", "ImageFileDataset", "ImageArrayDataset"],
     "fccolit.datasets.scaling": ["FeatureScaler"],
     "fccolit.datasets.transforms": ["ChestXrayTransform", "ClipImageTransform"],
     "fccolit.datasets.synthetic": ["SyntheticQueryLists"],
