@@ -49,7 +49,15 @@ _CAP_KEY = re.compile(r"^train/(?P<state>.+)_at_(?P<bound>upper|lower)/(?P<compo
 class TrainingHealthWarning(UserWarning):
     """A :class:`TrainingHealth` diagnosis (filter it with ``warnings.filterwarnings(..., TrainingHealthWarning)``).
 
-    Printed as its text alone: no file, line or source line of the code that issued it."""
+    Printed as its text alone: no file, line or source line of the code that issued it.
+
+    Example:
+        >>> import warnings
+        >>> issubclass(TrainingHealthWarning, UserWarning)
+        True
+        >>> print(warnings.formatwarning("TrainingHealth, step 50: ...", TrainingHealthWarning, "health.py", 1), end="")
+        TrainingHealth, step 50: ...
+    """
 
 
 def _format_warning(previous: Any) -> Any:
@@ -81,7 +89,18 @@ class HealthReport:
 
     ``key``: ``"saturated_scores"``, ``"objective_flat"``, ``"state_at_caps/<state>"``, ``"lambda_off_target"``,
     ``"learning_rate"``, ``"vanishing_gradients"`` or ``"constraint_violated"``; ``message``: what was seen, the
-    likely cause, the fix (as printed)."""
+    likely cause, the fix (as printed).
+
+    Args:
+        key: the check's key (above; ``state_at_caps/<state>`` names the state).
+        step: the global step of the report.
+        message: the report's text.
+
+    Example:
+        >>> report = HealthReport("learning_rate", 100, "TrainingHealth, step 100: the parameters do not move")
+        >>> report.key, report.step
+        ('learning_rate', 100)
+    """
 
     key: str
     step: int
@@ -141,10 +160,9 @@ class TrainingHealth(Callback):
     consecutive checks before they are reported (one check can be an unlucky batch).
 
     Args:
-        check_every_n_steps: training batches between two checks (default 50). A check costs 0.3-1.5 ms on a
-            2-core CPU (a few norms, one read of the logged values, a copy of at most ``parameter_sample``
-            parameter entries); every 50 steps that is well under 1 % of even the quickstart's 1.5-2 ms step, below
-            what a side-by-side timing of the two runs can resolve (``benchmarks/health_overhead.py``).
+        check_every_n_steps: training batches between two checks (default 50). A check is a few norms, one read of
+            the logged values and a copy of at most ``parameter_sample`` parameter entries; every 50 steps it costs
+            well under 1 % of even the quickstart's step (``benchmarks/health_overhead.py`` measures it).
         patience: consecutive checks a condition (saturation, caps, λ, parameters, gradients) must hold before it
             is reported (default 2: a single check sees one batch, which can be atypical).
         first_epoch_checks: during the first training epoch of a ``fit``, check at least this often (every
@@ -202,6 +220,22 @@ class TrainingHealth(Callback):
             ``"state_at_caps"``, ``"lambda_off_target"``, ``"learning_rate"``, ``"vanishing_gradients"``,
             ``"constraint_violated"``), e.g. ``state_at_caps`` for a paper's setting that holds the state at Ω's
             caps on purpose (``configs/libsvm/adap.yaml``).
+
+    Raises:
+        ValueError: a count (``check_every_n_steps``, ``patience``, ``first_epoch_checks``, ``objective_patience``,
+            ``constraint_patience``, ``parameter_sample``) below 1; a tolerance (``objective_tolerance``,
+            ``saturation_logit``, ``lambda_slack``, ``parameter_tolerance``, ``gradient_tolerance``) negative or NaN;
+            ``saturated_share`` or ``cap_share`` outside (0, 1]; ``lambda_ratio`` not > 1; ``skip_checks`` naming
+            something not in :data:`CHECKS`.
+
+    Example:
+        >>> health = TrainingHealth(check_every_n_steps=20, skip_checks=["state_at_caps"])
+        >>> health.check_every_n_steps, health.patience, health.skip_checks, health.reports
+        (20, 2, ('state_at_caps',), [])
+        >>> TrainingHealth(skip_checks=["nan_loss"])
+        Traceback (most recent call last):
+            ...
+        ValueError: TrainingHealth: skip_checks ['nan_loss'] are not checks; the checks are [...]
     """
 
     def __init__(

@@ -95,6 +95,7 @@ DOCTESTED = {
     "fccolit.callbacks.checkpoint": ["RunCheckpoint"],
     "fccolit.callbacks.prediction_writer": ["PredictionWriter"],
     "fccolit.callbacks.constraints": ["ConstraintStatistics", "ConstraintViolationLogger"],
+    "fccolit.callbacks.health": ["TrainingHealthWarning", "HealthReport", "TrainingHealth"],
 }
 
 
