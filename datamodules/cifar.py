@@ -162,6 +162,22 @@ class CIFARLTDataModule(FCCODataModule):
         ``binary_imbalanced``, the dropping of positives), before the validation split; positive_classes: indices;
         rows: ``{split: rows of the original training (test) arrays}``: training rows in LDAM's class-by-class
         order, validation and test rows in file order.
+
+    Raises:
+        ValueError: ``dataset``, ``task``, ``sampler`` or ``profile`` not one of the listed values;
+            ``positive_keep`` outside (0, 1]; ``val_fraction`` outside [0, 1); ``imb_factor`` below 1; a class with
+            fewer training images than the long tail asks for; ``positive_classes`` missing (``one_vs_rest`` on
+            CIFAR-100), naming an unknown class, or not a non-empty proper subset; a training split without both
+            classes (binary tasks); files whose arrays or class names do not match the dataset.
+        FileNotFoundError: the CIFAR files are not in ``root`` (and ``download`` is False).
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from fccolit.testing.images import cifar_arrays, write_cifar
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = write_cifar(pathlib.Path(folder), *cifar_arrays(10, 10, 2))  # 10 tiny images a class, 2 to test
+        ...     CIFARLTDataModule(folder, imb_factor=5, cache_dir=folder).sizes
+        {'num_samples': 46, 'num_classes': 10, 'num_outputs': 10}
     """
 
     def __init__(

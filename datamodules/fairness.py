@@ -79,7 +79,23 @@ class FairnessDataModule(GroupedDataModule):
             of it; see :class:`~fccolit.datamodules.grouped.GroupedDataModule`). Plain shuffled batches of 128 cut
             in ALEXR2's two halves of 64 miss Adult's rarest cell (women with income > 50K) in one half of about
             18% of the steps, and those TPR constraints then sit that step out.
-        (the rest): see :class:`~fccolit.datamodules.grouped.GroupedDataModule`.
+        batch_size, groups_per_batch, samples_per_group, paired, num_batches, seed, num_workers, eval_batch_size:
+            see :class:`~fccolit.datamodules.grouped.GroupedDataModule`.
+
+    Raises:
+        ValueError: ``dataset`` or ``missing`` not one of the listed values; ``val_fraction`` (and, for COMPAS,
+            ``test_fraction``) leaving no training data; a training split without both labels and both groups; the
+            checks of :class:`~fccolit.datamodules.grouped.GroupedDataModule`.
+        FileNotFoundError: the data set's files are not in ``root`` (the error lists the folder and the download
+            page).
+
+    Example:
+        >>> import tempfile
+        >>> from fccolit.testing.tabular import write_adult_files
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = write_adult_files(folder, num_train=60, num_test=30)  # small adult.data and adult.test
+        ...     FairnessDataModule(folder, cache_dir=folder).sizes
+        {'num_samples': 54, 'num_positives': 26, 'num_negatives': 28, 'num_features': 50, 'num_groups': 2}
     """
 
     def __init__(

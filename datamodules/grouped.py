@@ -43,6 +43,18 @@ class GroupedDataModule(FCCODataModule):
             constraint is left out of the step).
         num_batches: training batches per epoch (None: one pass over the training samples).
         seed: seeds the sampler.
+        num_workers, eval_batch_size: DataLoader workers and rows per evaluation batch.
+
+    Raises:
+        ValueError: ``stratify_by_cell`` with ``groups_per_batch`` set; ``paired`` shuffled batches with an odd
+            ``batch_size``.
+
+    Example:
+        >>> from fccolit.datamodules import FairnessDataModule
+        >>> FairnessDataModule("adult", groups_per_batch=4, stratify_by_cell=True)  # checked before any file is read
+        Traceback (most recent call last):
+        ...
+        ValueError: stratify_by_cell applies to shuffled batches: set groups_per_batch to None
     """
 
     def __init__(
