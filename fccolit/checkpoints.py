@@ -33,8 +33,17 @@ VERSION_NAME = re.compile(r"version_(\d+)")
 
 
 class ConfigurationError(ValueError):
-    """A run that cannot start as configured (a checkpoint that does not exist, metrics the data cannot feed); the
-    console script reports it as one line."""
+    """A run that cannot start as configured (a checkpoint that does not exist, metrics the data cannot feed).
+
+    The console script reports it as one line. A ``ValueError``, so callers catching that see it too.
+
+    Example:
+        >>> try:
+        ...     check_checkpoint_file("no/such/last.ckpt")
+        ... except ConfigurationError as err:
+        ...     print(err)
+        checkpoint no/such/last.ckpt is not a regular file
+    """
 
 
 # ------------------------------------------------------------------------------------- reading a checkpoint
@@ -183,7 +192,27 @@ def _init_args(entry: Any) -> dict[str, Any]:
 
 @dataclass
 class RunLayout:
-    """Where the runs of one trainer configuration write.
+    """Where the runs of one trainer configuration write: the logger's run folders and fixed checkpoint folders.
+
+    Usually built from a parsed ``trainer`` configuration with :meth:`of`. Nothing is raised: a configuration
+    without a logger or checkpoint folders gives ``root=None`` / no fixed folders.
+
+    Args:
+        root: see Attributes.
+        fixed_folders: see Attributes (default: none).
+        default_root: see Attributes (default: the working folder).
+
+    Example:
+        >>> layout = RunLayout.of({
+        ...     "default_root_dir": "runs",
+        ...     "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+        ...                "init_args": {"save_dir": "tb", "name": "sox"}},
+        ...     "callbacks": [{"class_path": "fccolit.callbacks.RunCheckpoint", "init_args": {"dirpath": "ckpts"}}],
+        ... })
+        >>> layout.root.as_posix(), [f.as_posix() for f in layout.fixed_folders], layout.default_root.as_posix()
+        ('tb/sox', ['ckpts'], 'runs')
+        >>> layout.where()
+        'ckpts, tb/sox/*/checkpoints'
 
     Attributes:
         root: the logger's folder ``<save_dir>/<name>``, holding one folder per run (``version_<k>``, each with its

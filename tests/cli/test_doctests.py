@@ -98,6 +98,7 @@ DOCTESTED = {
     "fccolit.callbacks.prediction_writer": ["PredictionWriter"],
     "fccolit.callbacks.constraints": ["ConstraintStatistics", "ConstraintViolationLogger"],
     "fccolit.callbacks.health": ["TrainingHealthWarning", "HealthReport", "TrainingHealth"],
+    "fccolit.checkpoints": ["ConfigurationError", "RunLayout"],
 }
 
 
