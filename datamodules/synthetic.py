@@ -126,6 +126,17 @@ class SyntheticMultiLabelDataModule(FCCODataModule):
         batch_size: global training batch size (a multiple of ``tasks_per_batch``).
         num_positives: positives per task of a batch (None: half of each task's block).
         tasks_per_batch: K (None: the largest divisor of ``batch_size`` up to T).
+        num_workers, eval_batch_size: DataLoader workers and rows per evaluation batch.
+
+    Raises:
+        ValueError: ``unlabeled_fraction`` outside [0, 1); ``val_fraction`` / ``test_fraction`` outside [0, 1) or
+            leaving no training rows; ``tasks_per_batch`` not a divisor of ``batch_size`` in [1, T];
+            ``num_positives`` not in [1, block − 1], the block being ``batch_size // tasks_per_batch``.
+
+    Example:
+        >>> data = SyntheticMultiLabelDataModule(num_samples=200, batch_size=20)
+        >>> data.sizes["num_samples"], data.sizes["num_tasks"], data.tasks_per_batch, data.num_positives
+        (120, 5, 5, 2)
     """
 
     def __init__(

@@ -53,6 +53,16 @@ class SyntheticMulticlassDataModule(FCCODataModule):
         batch_size: global training batch size.
         num_batches: training batches per epoch (None: one pass over the training split).
         seed: seeds the data, the split and the sampler.
+        num_workers, eval_batch_size: DataLoader workers and rows per evaluation batch.
+
+    Raises:
+        ValueError: ``num_classes < 2``; ``num_informative`` outside [1, ``num_features``]; ``val_fraction`` /
+            ``test_fraction`` outside [0, 1) or leaving no training rows; a training split missing a class; a
+            ``batch_size`` larger than the training split.
+
+    Example:
+        >>> SyntheticMulticlassDataModule(num_samples=100, batch_size=16).sizes
+        {'num_samples': 60, 'num_features': 10, 'num_classes': 5}
     """
 
     def __init__(
