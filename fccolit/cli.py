@@ -229,10 +229,28 @@ def one_line(message: str) -> str:
 
 
 class FCCOHelpFormatter(DefaultHelpFormatter):
-    """jsonargparse's help as plain text (no reStructuredText markup from the docstrings: :func:`plain_text`), with
-    the "known subclasses" of a class option cut to the choices (bases marked ``cli_choice = False`` left out) and a
-    long list (every ``torch.nn.Module`` for a ``model`` option: over a thousand lines) cut to fccolit's own classes
-    (its models, when the list has any); any other class is still accepted by its class path."""
+    """jsonargparse's help as plain text, with the "known subclasses" of a class option cut to fccolit's choices.
+
+    No reStructuredText markup from the docstrings (:func:`plain_text`); the "known subclasses" of a class option
+    are cut to the choices (bases marked ``cli_choice = False`` left out) and a long list (every ``torch.nn.Module``
+    for a ``model`` option: over a thousand lines) to fccolit's own classes (its models, when the list has any); any
+    other class is still accepted by its class path. Constructed by argparse (``formatter_class``), with its
+    arguments; raises nothing of its own.
+
+    Example:
+        >>> parser = FCCOArgumentParser(prog="fccolit", description="train")
+        >>> _ = parser.add_argument("--max_epochs", type=int, default=1, help="the :class:`~lightning.Trainer`'s")
+        >>> print(parser.format_help())
+        usage: fccolit [--max_epochs MAX_EPOCHS]
+        <BLANKLINE>
+        train
+        <BLANKLINE>
+        options:
+          -h, --help            Show this help message and exit.
+          --max_epochs MAX_EPOCHS
+                                the Trainer's (type: int, default: 1)
+        <BLANKLINE>
+    """
 
     max_listed = 20
 
@@ -257,10 +275,33 @@ class FCCOHelpFormatter(DefaultHelpFormatter):
 
 
 class FCCOArgumentParser(LightningArgumentParser):
-    """Adds the closest valid name to "option not accepted" errors (a misspelled config key or ``--...`` flag, at the
+    """LightningCLI's parser with "Did you mean" hints and one-line errors (``fccolit: error: ...``, exit status 2).
+
+    Adds the closest valid name to "option not accepted" errors (a misspelled config key or ``--...`` flag, at the
     top level or inside a class's options, or a class name that does not exist), and reports an error as one line,
     ``fccolit: error: ...`` (exit status 2), unless :func:`full_reports`. Its help lists fccolit's classes
-    (:class:`FCCOHelpFormatter`), also in the parsers that jsonargparse makes of it (``--model.help SOX``)."""
+    (:class:`FCCOHelpFormatter`), also in the parsers that jsonargparse makes of it (``--model.help SOX``).
+
+    Args:
+        args, kwargs: those of ``LightningArgumentParser``; ``formatter_class`` defaults to
+            :class:`FCCOHelpFormatter` and ``allow_abbrev`` to False (``--trainer.max_epoch`` is a typo, not
+            ``max_epochs``).
+        command: the subcommand this parser parses (None: the main parser, or one jsonargparse makes of it).
+
+    Raises:
+        SystemExit: status 2 on a parse error, after the one-line report on stderr (with ``exit_on_error=False``
+            or :func:`full_reports`, jsonargparse's own error instead).
+
+    Example:
+        >>> parser = FCCOArgumentParser(prog="fccolit")
+        >>> _ = parser.add_argument("--max_epochs", type=int, default=1)
+        >>> parser.parse_args(["--max_epochs", "3"]).max_epochs
+        3
+        >>> parser.parse_args(["--max_epoch", "3"])  # stderr: fccolit: error: ... Did you mean 'max_epochs'? ...
+        Traceback (most recent call last):
+            ...
+        SystemExit: 2
+    """
 
     def __init__(self, *args: Any, command: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", FCCOHelpFormatter)
@@ -333,7 +374,9 @@ def check_metrics(module: FCCOModule, datamodule: FCCODataModule) -> None:
 
 
 class RunChecks(Callback):
-    """What the CLI does once the data is set up, before any step of any subcommand: prints the DataModule's
+    """The CLI's checks once the data is set up, before any step: data summary, metrics fit the data, checkpoint fits.
+
+    What the CLI does once the data is set up, before any step of any subcommand: prints the DataModule's
     summary line (:meth:`~fccolit.datamodules.FCCODataModule.summary`), warns when it validates on its test split,
     checks the configured metrics against its evaluation batches (:func:`check_metrics`) and, with a checkpoint to
     load (``ckpt_path``), that its state fits the configured module (:func:`~fccolit.checkpoints.state_mismatches`).
@@ -341,7 +384,21 @@ class RunChecks(Callback):
     An error raised before the first training step (``fit``) or evaluation batch (``validate``, ``test``,
     ``predict``) has finished, by the data's setup, the sampler, the optimizer's construction, the checkpoint's
     restore or the first step itself, is marked as a configuration error: the console reports it in one line
-    (exit status 2) instead of a traceback."""
+    (exit status 2) instead of a traceback.
+
+    Args:
+        ckpt_path: the checkpoint the subcommand loads (None: none), whose ``state_dict`` must fit the module.
+
+    Raises:
+        ConfigurationError: at setup, a configured metric reads batch fields the evaluation batches lack
+            (:func:`check_metrics`), or the checkpoint's state does not fit the configured module.
+
+    Example:
+        The callback needs a Trainer to act; constructed, it holds the checkpoint to check:
+
+        >>> RunChecks(ckpt_path="runs/version_0/checkpoints/last.ckpt").ckpt_path
+        'runs/version_0/checkpoints/last.ckpt'
+    """
 
     def __init__(self, ckpt_path: str | None = None) -> None:
         self.ckpt_path = ckpt_path
@@ -390,7 +447,22 @@ class SaveAndLogConfig(SaveConfigCallback):
     its model, objective and optimizer, are not logged. ``hp_metric`` is the metric that the first ModelCheckpoint
     monitors (the config's selection metric), logged at every validation of ``fit`` (TensorBoard's HParams entry
     is written with its first value); without a monitored metric there is none (set the TensorBoardLogger's
-    ``default_hp_metric: false``, as the configs do, to also leave out Lightning's placeholder -1)."""
+    ``default_hp_metric: false``, as the configs do, to also leave out Lightning's placeholder -1).
+
+    Args:
+        parser, config, config_filename, overwrite, multifile, save_to_log_dir: those of LightningCLI's
+            ``SaveConfigCallback``, unchanged (the CLI passes them).
+
+    Raises:
+        RuntimeError: as ``SaveConfigCallback``, when ``config.yaml`` exists in the log folder and ``overwrite`` is
+            False.
+
+    Example:
+        >>> from jsonargparse import Namespace
+        >>> callback = SaveAndLogConfig(FCCOArgumentParser(), Namespace(), overwrite=True)
+        >>> callback.config_filename, callback.overwrite
+        ('config.yaml', True)
+    """
 
     def save_config(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().save_config(trainer, pl_module, stage)
@@ -426,8 +498,26 @@ def _configured_loggers(trainer_config: Any) -> list[Any]:
 
 
 class FCCOLitCLI(LightningCLI):
-    """LightningCLI with fccolit's links, trainer defaults (``use_distributed_sampler: false``), checkpoint
-    resolution, checks before any step, prediction writer and hyper-parameter logging (see the module docstring)."""
+    """LightningCLI with fccolit's links, trainer defaults, checkpoint resolution and checks before any step.
+
+    Also the prediction writer and hyper-parameter logging (see the module docstring); the trainer defaults include
+    ``use_distributed_sampler: false``. Built by :func:`main`, the ``fccolit`` command.
+
+    Args:
+        args, kwargs: those of ``LightningCLI`` (:func:`main` passes fccolit's parser, help formatter and
+            callbacks).
+
+    Raises:
+        SystemExit: status 2 on a configuration that does not parse (one line on stderr, with a "Did you mean").
+        ConfigurationError: a ``--ckpt_path`` that does not resolve to a complete checkpoint fitting the
+            configuration; other errors raised while the classes are built are marked as configuration errors.
+
+    Example:
+        >>> main(["fit", "--trainer.max_epoch", "1"])  # stderr: fccolit: error: ... Did you mean 'max_epochs'? ...
+        Traceback (most recent call last):
+            ...
+        SystemExit: 2
+    """
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         """As LightningCLI; then a logger's relative ``save_dir`` is taken relative to ``trainer.default_root_dir``

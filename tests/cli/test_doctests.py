@@ -100,6 +100,7 @@ DOCTESTED = {
     "fccolit.callbacks.constraints": ["ConstraintStatistics", "ConstraintViolationLogger"],
     "fccolit.callbacks.health": ["TrainingHealthWarning", "HealthReport", "TrainingHealth"],
     "fccolit.checkpoints": ["ConfigurationError", "RunLayout"],
+    "fccolit.cli": ["FCCOHelpFormatter", "FCCOArgumentParser", "RunChecks", "SaveAndLogConfig", "FCCOLitCLI"],
 }
 
 
