@@ -38,6 +38,16 @@ class ResumableDataLoader(DataLoader):
     sampler's position in every checkpoint), so the loader keeps no state of its own; having ``state_dict`` /
     ``load_state_dict`` tells Lightning that it is resumable, instead of the warning, on a resume from a checkpoint
     written mid-epoch, that a plain DataLoader may repeat or skip batches.
+
+    It takes the arguments of :class:`torch.utils.data.DataLoader` (:meth:`FCCODataModule.train_dataloader` builds it).
+
+    Example:
+        >>> from fccolit.datamodules import SyntheticBinaryDataModule
+        >>> data = SyntheticBinaryDataModule(num_samples=200, batch_size=16, num_positives=4)
+        >>> data.setup("fit")
+        >>> loader = data.train_dataloader()
+        >>> type(loader).__name__, loader.state_dict()
+        ('ResumableDataLoader', {})
     """
 
     def state_dict(self) -> dict[str, Any]:
@@ -51,7 +61,14 @@ class ResumableDataLoader(DataLoader):
 class DataError(ValueError):
     """Data that cannot serve the run as configured, found when a DataModule is set up (e.g. an evaluation split
     without positives). The ``fccolit`` command reports it as one line, exit status 2, like a configuration error
-    (``fccolit_configuration_error``), before any step."""
+    (``fccolit_configuration_error``), before any step.
+
+    Raised by :meth:`FCCODataModule.check_evaluation_labels`; a ``ValueError``, so callers that catch those catch it.
+
+    Example:
+        >>> issubclass(DataError, ValueError), DataError.fccolit_configuration_error
+        (True, True)
+    """
 
     fccolit_configuration_error = True
 
@@ -87,6 +104,26 @@ class FCCODataModule(LightningDataModule):
     Args:
         num_workers: DataLoader worker processes (0: batches are built in the main process).
         eval_batch_size: rows (or queries) per evaluation batch.
+
+    Raises:
+        ValueError: a subclass's batch-size argument (``batch_size``, ``eval_batch_size``, ``num_batches``,
+            ``*_per_batch``: :func:`check_batch_sizes`) that is neither None nor an integer >= 1, before any data is
+            read.
+        DataError: in ``setup``, an evaluation split whose metrics are undefined (no positive, or no task with both
+            classes: :meth:`check_evaluation_labels`).
+        RuntimeError: a DataLoader asked for before ``setup``.
+        NotImplementedError: a subclass without :meth:`build_train_sampler` asked for its training DataLoader.
+
+    Example:
+        >>> from fccolit.datamodules import SyntheticBinaryDataModule
+        >>> SyntheticBinaryDataModule(batch_size=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: SyntheticBinaryDataModule: batch_size must be a positive integer, got 0
+        >>> SyntheticBinaryDataModule(num_samples=200, batch_size=16, num_positives=4).val_dataloader()
+        Traceback (most recent call last):
+        ...
+        RuntimeError: SyntheticBinaryDataModule has no validation data: call setup() first
     """
 
     #: a base to build on, not a choice of its own: the ``fccolit`` command's help and "Did you mean" leave it out

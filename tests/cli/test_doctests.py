@@ -50,6 +50,7 @@ DOCTESTED = {
     "fccolit.surrogates": ["pairwise_surrogate"],
     "fccolit.datamodules.hf": ["HFClassificationDataModule", "HFGroupedDataModule", "HFRankingDataModule",
                                "HFRecommendationDataModule"],
+    "fccolit.datamodules.base": ["ResumableDataLoader", "DataError", "FCCODataModule"],
     "fccolit.datamodules.synthetic": ["SyntheticBinaryDataModule", "SyntheticMultiLabelDataModule"],
     "fccolit.datamodules.synthetic_multiclass": ["SyntheticMulticlassDataModule"],
     "fccolit.datamodules.synthetic_ranking": ["SyntheticRankingDataModule"],
