@@ -130,34 +130,7 @@ def _fmt_lrs(trainer: Trainer) -> str:
 class TrainingHealth(Callback):
     r"""Warn, in words, when a training run is going nowhere: what was seen, the likely cause and the fix to try.
 
-    Checks (each reported once per ``fit``, as a :class:`TrainingHealthWarning` on rank 0 and as TensorBoard text
-    ``health/<check>`` on every TensorBoard logger; the reports are also kept in :attr:`reports`):
-
-    * **objective flat**: the training objective's mean over the first and the second half of the last
-      ``objective_patience`` steps differ by less than ``objective_tolerance`` (relative). The run is stuck, or it
-      has converged (then further steps are wasted).
-    * **saturated scores** (objectives that take ``σ(score)``: AP's and pAUC's ``score_transform="sigmoid"``;
-      ``check_saturation`` forces it on or off): most scores sit beyond ``±saturation_logit``, where σ′ has
-      vanished, so the surrogate passes no gradient to them. With binary labels ``y`` in the batch the share is
-      taken per class, of the scores saturated against their label (positives below ``−saturation_logit``,
-      negatives above ``+saturation_logit``): negatives pushed far down and positives far up are where the
-      objective wants them, not stuck. The usual cause is unscaled features.
-    * **state at Ω's caps**: a share ≥ ``cap_share`` of a projected state's updated rows sits at one bound of Ω
-      (the logged ``train/<state>_at_upper/<c>`` / ``_at_lower/<c>``): the projection, not the estimate, sets u.
-    * **K-SONG's λ off target**: the logged ``train/share_above_lambda`` is more than ``lambda_ratio`` times
-      ``train/top_k_share`` (K/N) or less than its ``1/lambda_ratio``, and differs from it by more than
-      ``lambda_slack``: λ does not track the top-K threshold.
-    * **nothing moves**: the trainable parameters move by less than ``parameter_tolerance`` of their norm per step
-      (net, between two checks) while the gradient is not zero: the learning rate is too small (or decayed to ~0).
-    * **vanishing gradients**: the gradient norm after the check step is at most ``gradient_tolerance``.
-    * **constraint violated**: the worst constraint value ``max_i h_i`` stays above ``constraint_tolerance`` at
-      ``constraint_patience`` evaluations in a row without halving (needs a
-      :class:`~fccolit.callbacks.ConstraintViolationLogger`, or any ``{stage}/max_violation`` logged).
-
-    The step checks (all but the constraint check) run on rank 0 every ``check_every_n_steps`` training batches; in
-    the first epoch of a ``fit`` at least ``first_epoch_checks`` times, so that a run going nowhere is named before
-    its first epoch ends even on small data. Conditions other than the objective's must hold at ``patience``
-    consecutive checks before they are reported (one check can be an unlucky batch).
+    The checks are described after the Example.
 
     Args:
         check_every_n_steps: training batches between two checks (default 50). A check is a few norms, one read of
@@ -236,6 +209,35 @@ class TrainingHealth(Callback):
         Traceback (most recent call last):
             ...
         ValueError: TrainingHealth: skip_checks ['nan_loss'] are not checks; the checks are [...]
+
+    Checks (each reported once per ``fit``, as a :class:`TrainingHealthWarning` on rank 0 and as TensorBoard text
+    ``health/<check>`` on every TensorBoard logger; the reports are also kept in :attr:`reports`):
+
+    * **objective flat**: the training objective's mean over the first and the second half of the last
+      ``objective_patience`` steps differ by less than ``objective_tolerance`` (relative). The run is stuck, or it
+      has converged (then further steps are wasted).
+    * **saturated scores** (objectives that take ``σ(score)``: AP's and pAUC's ``score_transform="sigmoid"``;
+      ``check_saturation`` forces it on or off): most scores sit beyond ``±saturation_logit``, where σ′ has
+      vanished, so the surrogate passes no gradient to them. With binary labels ``y`` in the batch the share is
+      taken per class, of the scores saturated against their label (positives below ``−saturation_logit``,
+      negatives above ``+saturation_logit``): negatives pushed far down and positives far up are where the
+      objective wants them, not stuck. The usual cause is unscaled features.
+    * **state at Ω's caps**: a share ≥ ``cap_share`` of a projected state's updated rows sits at one bound of Ω
+      (the logged ``train/<state>_at_upper/<c>`` / ``_at_lower/<c>``): the projection, not the estimate, sets u.
+    * **K-SONG's λ off target**: the logged ``train/share_above_lambda`` is more than ``lambda_ratio`` times
+      ``train/top_k_share`` (K/N) or less than its ``1/lambda_ratio``, and differs from it by more than
+      ``lambda_slack``: λ does not track the top-K threshold.
+    * **nothing moves**: the trainable parameters move by less than ``parameter_tolerance`` of their norm per step
+      (net, between two checks) while the gradient is not zero: the learning rate is too small (or decayed to ~0).
+    * **vanishing gradients**: the gradient norm after the check step is at most ``gradient_tolerance``.
+    * **constraint violated**: the worst constraint value ``max_i h_i`` stays above ``constraint_tolerance`` at
+      ``constraint_patience`` evaluations in a row without halving (needs a
+      :class:`~fccolit.callbacks.ConstraintViolationLogger`, or any ``{stage}/max_violation`` logged).
+
+    The step checks (all but the constraint check) run on rank 0 every ``check_every_n_steps`` training batches; in
+    the first epoch of a ``fit`` at least ``first_epoch_checks`` times, so that a run going nowhere is named before
+    its first epoch ends even on small data. Conditions other than the objective's must hold at ``patience``
+    consecutive checks before they are reported (one check can be an unlucky batch).
     """
 
     def __init__(
