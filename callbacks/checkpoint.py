@@ -17,6 +17,29 @@ class RunCheckpoint(ModelCheckpoint):
     ``last.ckpt`` is the run's newest state at every point where the run can stop, saved at a point from which
     ``--ckpt_path last`` continues bit for bit.
 
+    When ``last.ckpt`` is written, and how a resumed run continues the selection, follows the Example.
+
+    Args:
+        dirpath, filename, monitor, verbose, save_last, save_top_k, save_on_exception, save_weights_only, mode,
+            auto_insert_metric_name,
+            every_n_train_steps, train_time_interval, every_n_epochs, save_on_train_epoch_end,
+            enable_version_counter: those of Lightning's ``ModelCheckpoint``, unchanged; ``save_last`` must be on
+            for ``last.ckpt`` to be written at all.
+
+    Raises:
+        lightning.fabric.utilities.exceptions.MisconfigurationException: as ``ModelCheckpoint``: ``save_top_k`` < -1,
+            an unknown ``mode``, or more than one of ``every_n_train_steps``, ``every_n_epochs`` and
+            ``train_time_interval`` set.
+
+    Example:
+        >>> checkpoint = RunCheckpoint(monitor="val/ap", mode="max", save_last=True, filename="best")
+        >>> checkpoint.monitor, checkpoint.mode, checkpoint.save_last, checkpoint.save_top_k
+        ('val/ap', 'max', True, 1)
+        >>> RunCheckpoint(save_top_k=-2)
+        Traceback (most recent call last):
+            ...
+        lightning.fabric.utilities.exceptions.MisconfigurationException: Invalid value for save_top_k=-2. Must be >= -1
+
     Lightning 2.6's ModelCheckpoint writes ``last.ckpt`` only at a step where it also writes a top-k file, so with a
     monitored metric ``last.ckpt`` stays at the last improvement; and the state it writes when training stops at
     ``max_steps`` (or on ``should_stop``) in the middle of an epoch records that epoch as finished, so a resumed run
@@ -39,27 +62,6 @@ class RunCheckpoint(ModelCheckpoint):
     A resumed run writes to its own folder and continues the interrupted run's selection: the best score and the
     top-k files it recorded carry over (Lightning forgets them when the folder changes), so ``best`` stays the best of
     the whole trajectory, and files in an earlier run's folder are never removed.
-
-    Args:
-        dirpath, filename, monitor, verbose, save_last, save_top_k, save_on_exception, save_weights_only, mode,
-            auto_insert_metric_name,
-            every_n_train_steps, train_time_interval, every_n_epochs, save_on_train_epoch_end,
-            enable_version_counter: those of Lightning's ``ModelCheckpoint``, unchanged; ``save_last`` must be on
-            for ``last.ckpt`` to be written at all.
-
-    Raises:
-        lightning.fabric.utilities.exceptions.MisconfigurationException: as ``ModelCheckpoint``: ``save_top_k`` < -1,
-            an unknown ``mode``, or more than one of ``every_n_train_steps``, ``every_n_epochs`` and
-            ``train_time_interval`` set.
-
-    Example:
-        >>> checkpoint = RunCheckpoint(monitor="val/ap", mode="max", save_last=True, filename="best")
-        >>> checkpoint.monitor, checkpoint.mode, checkpoint.save_last, checkpoint.save_top_k
-        ('val/ap', 'max', True, 1)
-        >>> RunCheckpoint(save_top_k=-2)
-        Traceback (most recent call last):
-            ...
-        lightning.fabric.utilities.exceptions.MisconfigurationException: Invalid value for save_top_k=-2. Must be >= -1
     """
 
     #: the global step of the newest last.ckpt this run wrote

@@ -158,31 +158,7 @@ class ConstraintViolationLogger(Callback):
     one, how many are violated, the KKT multipliers at the evaluated parameters and the penalty's weight per
     constraint from the algorithm's tracked duals.
 
-    Every ``every_n_epochs`` epochs, for each stage in ``stages`` (``"val"``, ``"test"``: the evaluation data,
-    piggy-backing on the evaluation loop with one extra no-grad forward per batch; ``"train"``: one pass over the
-    whole training split at the end of the training epoch), logs::
-
-        {stage}/constraint_<i>     h_i on the stage's full data (i = state row; the objective's constraint_names()
-                                   says which is which, e.g. tpr_gap@-3)
-        {stage}/max_violation      max_i h_i (the paper's "worst constraint value"; ≤ 0 means feasible)
-        {stage}/num_violated       #{i : h_i > 0}
-        {stage}/kkt_multiplier_<i> ν_i = (1/m) ∇f_λ(g_i(w)) at the stage's full-data inner values of the evaluated
-                                   parameters w: the multipliers of Chen et al.'s Prop. 5.2 with ŵ = w (λ: the
-                                   module's ``smoothing``; for λ = 0 the exact penalty's slope ∂p(h_i)/m)
-        {stage}/penalty_weight_<i> (1/m) ∂p_λ(h_i(u_i)) from the algorithm's *tracked* inner values u_i (the
-                                   duals y_i = ∇f_λ(u_i) it used last, scaled by 1/m): what the estimator weighs
-                                   constraint i with, not a KKT multiplier (u_i averages mini-batch estimates at
-                                   past iterates: for ALEXR2 the inner iterates z, not the evaluated anchor w_t)
-        {stage}/multiplier_<i>     the same values as penalty_weight_<i>, under the tag used before the two were
-                                   told apart (``legacy_multiplier_tags``)
-        {stage}/figures/constraints  (TensorBoard image, ``figure``) every h_i against the epoch so far, named by
-                                   the objective's constraint_names(), with the line h = 0: all constraints in one
-                                   picture (the history is kept in the callback's checkpoint state)
-
-    Exact across DDP ranks: every rank sums ``(Σ, count)`` per constraint over its shard in a
-    :class:`ConstraintStatistics` metric, torchmetrics adds the sums of every rank up and they are divided once, so
-    unequal shards (the evaluation samplers never pad) give the single-process value. The module is evaluated as in
-    validation (``pl_module(batch)`` in eval mode: ALEXR2's anchor).
+    What is logged, and how it stays exact under DDP, follows the Example.
 
     Args:
         every_n_epochs: log every N epochs (epoch e is logged when (e + 1) % N == 0).
@@ -208,6 +184,32 @@ class ConstraintViolationLogger(Callback):
         Traceback (most recent call last):
             ...
         ValueError: stages must be among 'train', 'val', 'test', got ['valid']
+
+    Every ``every_n_epochs`` epochs, for each stage in ``stages`` (``"val"``, ``"test"``: the evaluation data,
+    piggy-backing on the evaluation loop with one extra no-grad forward per batch; ``"train"``: one pass over the
+    whole training split at the end of the training epoch), logs::
+
+        {stage}/constraint_<i>     h_i on the stage's full data (i = state row; the objective's constraint_names()
+                                   says which is which, e.g. tpr_gap@-3)
+        {stage}/max_violation      max_i h_i (the paper's "worst constraint value"; ≤ 0 means feasible)
+        {stage}/num_violated       #{i : h_i > 0}
+        {stage}/kkt_multiplier_<i> ν_i = (1/m) ∇f_λ(g_i(w)) at the stage's full-data inner values of the evaluated
+                                   parameters w: the multipliers of Chen et al.'s Prop. 5.2 with ŵ = w (λ: the
+                                   module's ``smoothing``; for λ = 0 the exact penalty's slope ∂p(h_i)/m)
+        {stage}/penalty_weight_<i> (1/m) ∂p_λ(h_i(u_i)) from the algorithm's *tracked* inner values u_i (the
+                                   duals y_i = ∇f_λ(u_i) it used last, scaled by 1/m): what the estimator weighs
+                                   constraint i with, not a KKT multiplier (u_i averages mini-batch estimates at
+                                   past iterates: for ALEXR2 the inner iterates z, not the evaluated anchor w_t)
+        {stage}/multiplier_<i>     the same values as penalty_weight_<i>, under the tag used before the two were
+                                   told apart (``legacy_multiplier_tags``)
+        {stage}/figures/constraints  (TensorBoard image, ``figure``) every h_i against the epoch so far, named by
+                                   the objective's constraint_names(), with the line h = 0: all constraints in one
+                                   picture (the history is kept in the callback's checkpoint state)
+
+    Exact across DDP ranks: every rank sums ``(Σ, count)`` per constraint over its shard in a
+    :class:`ConstraintStatistics` metric, torchmetrics adds the sums of every rank up and they are divided once, so
+    unequal shards (the evaluation samplers never pad) give the single-process value. The module is evaluated as in
+    validation (``pl_module(batch)`` in eval mode: ALEXR2's anchor).
     """
 
     def __init__(

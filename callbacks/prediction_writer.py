@@ -22,20 +22,7 @@ class PredictionWriter(BasePredictionWriter):
     The rows go to ``<file>.partial``, renamed to the file when prediction ends (removed if it fails), so the file
     is always whole.
 
-    The rows depend on the batch (the DataModule's ``predict_dataloader``: its ``predict_split``, the test split):
-
-    * one score per example, a batch with an ``index`` field (classification): ``index,score`` with the example's
-      row in its split; scores ``[B, T]`` (one per task) give ``index,score_0,...,score_<T-1>``. When the split has
-      binary or multi-label labels (``y`` of the scores' shape), ``probability`` (σ of the score, a logit) and
-      ``label`` follow (``probability_<t>``, ``label_<t>`` per task; ``label`` −1 marks a missing label); with
-      multi-class labels, ``label`` (the class);
-    * a list of items per query, a batch with a ``query`` field and scores ``[Q, L]`` (ranking): ``query,item,score``,
-      one row per real entry (the batch's ``mask``); ``item`` is the batch's ``items`` id where it has one
-      (recommendation candidates) and otherwise the entry's position in the query's list (learning to rank: the
-      documents' order in the file); without a ``mask`` (full ranking over all items) every item of every query.
-
-    Scores are the module's evaluation scores (``predict_step``), written with 9 significant digits. When the file is
-    complete, one line says where it is, how many rows of which split it holds and its columns.
+    The CSV's columns per kind of batch follow the Example.
 
     Args:
         path: the CSV file; None: ``predictions.csv`` in the logger's version folder
@@ -60,6 +47,21 @@ class PredictionWriter(BasePredictionWriter):
         Traceback (most recent call last):
             ...
         ValueError: --prediction_writer.path ... is a folder: give a file name, e.g. .../predictions.csv
+
+    The rows depend on the batch (the DataModule's ``predict_dataloader``: its ``predict_split``, the test split):
+
+    * one score per example, a batch with an ``index`` field (classification): ``index,score`` with the example's
+      row in its split; scores ``[B, T]`` (one per task) give ``index,score_0,...,score_<T-1>``. When the split has
+      binary or multi-label labels (``y`` of the scores' shape), ``probability`` (σ of the score, a logit) and
+      ``label`` follow (``probability_<t>``, ``label_<t>`` per task; ``label`` −1 marks a missing label); with
+      multi-class labels, ``label`` (the class);
+    * a list of items per query, a batch with a ``query`` field and scores ``[Q, L]`` (ranking): ``query,item,score``,
+      one row per real entry (the batch's ``mask``); ``item`` is the batch's ``items`` id where it has one
+      (recommendation candidates) and otherwise the entry's position in the query's list (learning to rank: the
+      documents' order in the file); without a ``mask`` (full ranking over all items) every item of every query.
+
+    Scores are the module's evaluation scores (``predict_step``), written with 9 significant digits. When the file is
+    complete, one line says where it is, how many rows of which split it holds and its columns.
     """
 
     def __init__(self, path: str | os.PathLike | None = None) -> None:
