@@ -128,6 +128,22 @@ class BDD100KDataModule(FCCODataModule):
         classes, task_names, prompts (CLIP prompts of the classes), protected, class_counts (training images per
         class; a classification task's sizes also hold them as ``num_class_<k>``), label_files (the two JSON files
         read).
+
+    Raises:
+        ValueError: ``task``, ``normalization``, ``sampler`` or ``labels_version`` not one of the listed values;
+            ``val_fraction`` outside [0, 1); ``classes``, ``target`` or ``protected`` given with
+            ``task="attributes"``, or not consistent with the task's documented values; a labels file listing no
+            frame; a class without training image; a ``batch_size`` that is not a multiple of the classes (or
+            groups) per batch.
+        FileNotFoundError: the labels package or the image folder is not under ``root``.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from fccolit.testing.images import bdd_frames, write_bdd100k
+        >>> with tempfile.TemporaryDirectory() as folder:  # the 2018 label files and tiny JPEGs of 24 + 8 frames
+        ...     _ = write_bdd100k(pathlib.Path(folder), frames=bdd_frames(24, 8), image_size=(16, 9))
+        ...     BDD100KDataModule(folder, cache_dir=folder).sizes["num_classes"]
+        6
     """
 
     def __init__(

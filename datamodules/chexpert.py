@@ -116,6 +116,21 @@ class CheXpertDataModule(FCCODataModule):
 
     Attributes:
         data_dir: the release folder; task_names: the label of each output; positives_per_task: training positives.
+
+    Raises:
+        ValueError: ``labels`` not distinct CheXpert observations; an ``uncertainty`` key outside ``labels`` or a
+            policy not one of the listed values; ``blank`` not one of the listed values; ``task`` neither
+            ``"multilabel"`` nor one of ``labels``; ``val_fraction`` outside [0, 1); a CSV file without image rows;
+            a binary task's training split without both classes; in ``setup``, an image that cannot be read.
+        FileNotFoundError: no ``train.csv`` / ``valid.csv`` under ``root``; in ``setup``, images listed but missing.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from fccolit.testing.images import write_chexpert
+        >>> with tempfile.TemporaryDirectory() as folder:  # CSV files and tiny JPEGs of 8 + 4 patients
+        ...     _ = write_chexpert(pathlib.Path(folder), num_patients=8, num_valid_patients=4, image_size=(16, 16))
+        ...     CheXpertDataModule(folder, cache_dir=folder).sizes["num_tasks"]
+        5
     """
 
     def __init__(

@@ -62,6 +62,8 @@ DOCTESTED = {
     "fccolit.datamodules.mslr": ["MSLRDataModule"],
     "fccolit.datamodules.cifar": ["CIFARLTDataModule"],
     "fccolit.datamodules.fairness": ["FairnessDataModule"],
+    "fccolit.datamodules.chexpert": ["CheXpertDataModule"],
+    "fccolit.datamodules.bdd100k": ["BDD100KDataModule"],
     "fccolit.metrics.base": ["BatchMetric", "per_task_names", "EvaluationMetrics"],
     "fccolit.datasets.hf": ["ArrowRowsDataset"],
     "fccolit.datasets.images": ["RowOrigin", "ImageFileDataset", "ImageArrayDataset"],
