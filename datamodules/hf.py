@@ -88,6 +88,19 @@ class HFTable:
             ``DatasetDict`` (:func:`fccolit.io.hf.load_hf_dataset`).
         config_name: the Hub configuration (subset) of a Hub data set.
         cache_dir: ``datasets``' cache for converted files and Hub downloads (None: its default).
+
+    Raises:
+        FileNotFoundError: on first use, no data file or folder at ``dataset`` (and no such Hub name).
+        ValueError: on first use, data that cannot serve the DataModule (the subclass's checks); reading again
+            raises again.
+
+    Example:
+        >>> from fccolit.datamodules import HFClassificationDataModule
+        >>> data = HFClassificationDataModule("no-such-file.parquet", label="y", features="x")  # nothing read yet
+        >>> data.sizes
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: no data file or folder at no-such-file.parquet
     """
 
     #: the attributes that :meth:`read_data` sets: reading one of them first reads the data
@@ -130,6 +143,20 @@ class HFSplits(HFTable):
         val_fraction: the share of the training split's rows held out for validation when there is no
             validation split.
         test_fraction: likewise for a missing test split.
+        dataset, **kwargs: see :class:`HFTable`.
+
+    Raises:
+        ValueError: on first use, a named split that the data set lacks, or ``val_fraction`` and ``test_fraction``
+            leaving no training rows.
+
+    Example:
+        >>> import datasets
+        >>> from fccolit.datamodules import HFClassificationDataModule
+        >>> table = datasets.Dataset.from_dict({"x": [float(i) for i in range(20)], "y": [0, 1] * 10})
+        >>> HFClassificationDataModule(table, label="y", features="x", val_split="dev").sizes
+        Traceback (most recent call last):
+        ...
+        ValueError: the given Dataset: no split 'dev' (val_split); the splits are ['train']
     """
 
     def __init__(self, dataset: Any, train_split: str = "train", val_split: str | None = None,
@@ -172,6 +199,13 @@ class ScaledFeatures:
 
     Raises:
         ValueError: ``feature_scaling`` is none of those.
+
+    Example:
+        >>> from fccolit.datamodules import HFClassificationDataModule
+        >>> HFClassificationDataModule("table.parquet", label="y", features="x", feature_scaling="zscore")
+        Traceback (most recent call last):
+        ...
+        ValueError: HFClassificationDataModule: feature_scaling must be one of 'standard', 'minmax', 'none', got 'zscore'
     """
 
     def __init__(self, feature_scaling: FeatureScaling = "standard", **kwargs: Any) -> None:
