@@ -27,7 +27,8 @@ from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from fccolit.algorithms import SOX, Supervised
-from fccolit.cli import check_checkpoint_file, main
+from fccolit.checkpoints import check_checkpoint_file
+from fccolit.cli import main
 from fccolit.datamodules import SyntheticBinaryDataModule
 from fccolit.datasets.images import ImageArrayDataset
 from fccolit.models import MLP
