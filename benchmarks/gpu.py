@@ -1,6 +1,6 @@
 """One prepared GPU benchmark: FCCO / plain step ratios, LibAUC side by side, peak memory, AMP (bf16) on and off.
 
-    python benchmarks/gpu.py            # one CUDA device (sized for < 8 min on an H100; not yet run on one); writes
+    python benchmarks/gpu.py            # one CUDA device (192 s on an H200; results/gpu_nvidia_h200.md); writes
                                         # benchmarks/results/gpu_<device>.md (then: python benchmarks/collect.py)
     python benchmarks/gpu.py --quick    # tiny shapes, a few steps, on the CPU when there is no GPU (seconds)
 

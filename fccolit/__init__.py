@@ -18,12 +18,16 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 try:
     __version__ = version("fccolit")
-except PackageNotFoundError:  # a source tree that was never installed
+except PackageNotFoundError:  # a source tree that was never installed (``PYTHONPATH=<checkout>``)
     __version__ = "0.0.0+unknown"
+    # pyproject's package-dir maps fccolit.datamodules / .callbacks / .configs to the checkout's top-level folders;
+    # without an install, look for them there too (the GPU machines run benchmarks/gpu.py this way)
+    __path__.append(str(Path(__file__).resolve().parents[1]))
 
 #: the subpackages whose ``__all__`` the top level re-exports, and single names from others
 _EXPORTING = ("fccolit.algorithms", "fccolit.objectives")
