@@ -68,8 +68,123 @@ class Claim:
 
     @property
     def std(self) -> float:
-        vals = [v for v in self.ours if np.isfinite(v)]
-        return float(np.std(vals)) if len(vals) > 1 else 0.0
+        return sample_std(self.ours)
+
+
+def sample_std(values: Sequence[float]) -> float:
+    """The one standard-deviation convention of the reproduction suite: the sample std (``ddof = 1``) of the finite
+    values (0 for fewer than two).
+
+    Example:
+        >>> round(sample_std([1.0, 2.0, 3.0]), 6)
+        1.0
+    """
+    vals = [v for v in values if np.isfinite(v)]
+    return float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+
+
+# ------------------------------------------------------------------------------------- seeds and the verdict rule
+@dataclass(frozen=True)
+class SeedPlan:
+    """A script's seeds: ``selection`` seeds choose every knob and rule (on validation data), ``reported`` seeds
+    give the tables and verdicts; the two sets must not overlap, so no reported run takes part in a choice.
+
+    Raises:
+        ValueError: the sets overlap, or one is empty.
+
+    Example:
+        >>> SeedPlan(reported=(0, 1, 2), selection=(100, 101)).take(2)
+        SeedPlan(reported=(0, 1), selection=(100, 101))
+        >>> SeedPlan(reported=(0, 1), selection=(1, 2))
+        Traceback (most recent call last):
+        ...
+        ValueError: selection seeds (1, 2) and reported seeds (0, 1) overlap in (1,): a reported run would take part in a choice
+    """
+
+    reported: tuple[int, ...]
+    selection: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.reported or not self.selection:
+            raise ValueError(f"a SeedPlan needs reported and selection seeds, got {self}")
+        common = tuple(sorted(set(self.reported) & set(self.selection)))
+        if common:
+            raise ValueError(f"selection seeds {self.selection} and reported seeds {self.reported} overlap in {common}: "
+                             "a reported run would take part in a choice")
+
+    def take(self, reported: int | None = None, selection: int | None = None) -> "SeedPlan":
+        """The first ``reported`` / ``selection`` seeds of each set (``--seeds N``, ``--quick``)."""
+        return SeedPlan(self.reported[:reported] if reported else self.reported,
+                        self.selection[:selection] if selection else self.selection)
+
+    def describe(self) -> str:
+        return (f"reported seeds {', '.join(map(str, self.reported))}; selection seeds (every knob and rule, on "
+                f"validation) {', '.join(map(str, self.selection))}")
+
+
+#: the rule :func:`paired_verdict` applies, quoted under every table of verdicts
+VERDICT_RULE = (
+    "Verdicts (one rule for every claim, `common.paired_verdict`): the per-seed paired differences d = A − B of the "
+    "two methods on the same reported seeds, signed so that d > 0 is the claimed direction, and a 95 % "
+    "percentile-bootstrap interval of their mean (10,000 resamples, a fixed generator). **reproduced**: the interval "
+    "lies above 0; **reversed**: below 0; **not separable**: it contains 0. With 3 seeds the interval excludes 0 "
+    "only when every seed agrees. Standard deviations are sample standard deviations (ddof = 1).")
+
+
+@dataclass(frozen=True)
+class Paired:
+    """The verdict of one claim: its per-seed differences (claimed direction positive), their mean, the bootstrap
+    interval ``(low, high)``, seeds ahead / behind, and ``verdict`` ∈ {reproduced, reversed, not separable}."""
+
+    differences: tuple[float, ...]
+    mean: float
+    low: float
+    high: float
+    ahead: int
+    behind: int
+    verdict: str
+
+    def text(self, digits: int = 4) -> str:
+        """``"reproduced: +0.0123 [+0.0040, +0.0200], ahead on 3 of 3 seeds"``."""
+        n = len(self.differences)
+        return (f"{self.verdict}: {self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}], "
+                f"ahead on {self.ahead} of {n} seed{'s' if n != 1 else ''}")
+
+
+def paired_verdict(a: Sequence[float], b: Sequence[float], higher_is_better: bool = True,
+                   resamples: int = 10_000) -> Paired:
+    """The suite's one verdict rule (:data:`VERDICT_RULE`) for the claim "A is better than B".
+
+    Args:
+        a, b: one value per reported seed, in the same seed order (paired: seed s of A against seed s of B).
+        higher_is_better: the metric's direction (False for a loss, an objective, a violation).
+        resamples: bootstrap resamples of the seeds.
+
+    Raises:
+        ValueError: the lengths differ, or fewer than two seeds.
+
+    Example:
+        >>> paired_verdict([0.71, 0.72, 0.73], [0.70, 0.70, 0.71]).verdict
+        'reproduced'
+        >>> paired_verdict([0.5, 0.5, 0.5], [0.6, 0.6, 0.61]).verdict
+        'reversed'
+        >>> paired_verdict([0.71, 0.69, 0.72], [0.70, 0.70, 0.70]).text()
+        'not separable: +0.0067 [-0.0100, +0.0200], ahead on 2 of 3 seeds'
+        >>> paired_verdict([1.0, 2.0, 3.0], [2.0, 3.0, 4.0], higher_is_better=False).verdict
+        'reproduced'
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired_verdict needs one value per seed on both sides, got {len(a)} and {len(b)}")
+    if len(a) < 2:
+        raise ValueError(f"paired_verdict needs at least two seeds, got {len(a)}")
+    sign = 1.0 if higher_is_better else -1.0
+    d = sign * (np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))
+    rng = np.random.default_rng(0)
+    means = d[rng.integers(0, len(d), size=(resamples, len(d)))].mean(axis=1)
+    low, high = (float(q) for q in np.quantile(means, [0.025, 0.975]))
+    verdict = "reproduced" if low > 0 else "reversed" if high < 0 else "not separable"
+    return Paired(tuple(float(x) for x in d), float(d.mean()), low, high, int((d > 0).sum()), int((d < 0).sum()),
+                  verdict)
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -199,13 +314,19 @@ class Runner:
                 tmp.replace(path)
         return [self.done[j] for j in jobs]
 
-    def tune(self, settings: Sequence[Hashable], score: Callable[[dict], float], seed: int = 0) -> tuple[Any, list[dict]]:
-        """The setting with the largest finite ``score`` of seed ``seed``'s run, and every setting's result."""
-        results = self.many([(s, seed) for s in settings])
-        finite = [(s, r) for s, r in zip(settings, results) if np.isfinite(score(r))]
+    def tune(self, settings: Sequence[Hashable], score: Callable[[dict], float],
+             seeds: SeedPlan) -> tuple[Any, dict[Hashable, list[dict]]]:
+        """The setting with the largest mean ``score`` over the plan's *selection* seeds (a setting with a
+        non-finite score on any of them is out), and every setting's runs on those seeds. ``score`` must read
+        validation (or training) numbers only; the reported seeds never take part."""
+        jobs = [(s, seed) for s in settings for seed in seeds.selection]
+        runs = dict(zip(jobs, self.many(jobs)))
+        results = {s: [runs[(s, seed)] for seed in seeds.selection] for s in settings}
+        means = {s: float(np.mean([score(r) for r in rs])) for s, rs in results.items()}
+        finite = [s for s in settings if np.isfinite(means[s])]
         if not finite:
             raise RuntimeError("every setting of the grid diverged")
-        return max(finite, key=lambda sr: score(sr[1]))[0], results
+        return max(finite, key=means.__getitem__), results
 
 
 def _call(job):
