@@ -16,7 +16,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip setuptools
-	$(PIP) --no-build-isolation -e ".[dev,clip]"
+	$(PIP) --no-build-isolation -e ".[dev,clip,sweep]"
 	touch $(STAMP)
 
 demo: venv
