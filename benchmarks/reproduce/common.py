@@ -151,6 +151,24 @@ class Paired:
                 f"ahead on {self.ahead} of {n} seed{'s' if n != 1 else ''}")
 
 
+def verdict_table(claims: Sequence[tuple[str, Paired]], metric: str, digits: int = 4) -> list[str]:
+    """Markdown rows, one per claim "A better than B": the mean paired difference, its interval, the seeds ahead,
+    the verdict; followed by :data:`VERDICT_RULE`.
+
+    Example:
+        >>> print("\\n".join(verdict_table([("A > B", paired_verdict([2.0, 3.0], [1.0, 1.5]))], "AP")[:3]))
+        | claim | mean paired difference, AP | 95 % bootstrap interval | seeds ahead | verdict |
+        |---|---:|---:|---:|---|
+        | A > B | +1.2500 | [+1.0000, +1.5000] | 2 of 2 | reproduced |
+    """
+    lines = [f"| claim | mean paired difference, {metric} | 95 % bootstrap interval | seeds ahead | verdict |",
+             "|---|---:|---:|---:|---|"]
+    for label, p in claims:
+        lines.append(f"| {label} | {p.mean:+.{digits}f} | [{p.low:+.{digits}f}, {p.high:+.{digits}f}] | "
+                     f"{p.ahead} of {len(p.differences)} | {p.verdict} |")
+    return lines + ["", VERDICT_RULE]
+
+
 def paired_verdict(a: Sequence[float], b: Sequence[float], higher_is_better: bool = True,
                    resamples: int = 10_000) -> Paired:
     """The suite's one verdict rule (:data:`VERDICT_RULE`) for the claim "A is better than B".
