@@ -205,7 +205,7 @@ class FCCOModule(FiniteSteps, RunState, Evaluation, LightningModule):
                 f"{type(self).__name__} does not take initial_state={initial_state!r}: its state has its own first-visit "
                 "rule (only 'first_estimate' applies)"
             )
-        self.save_hyperparameters(ignore=["model", "objective", "optimizer", "scheduler"])
+        self.save_hyperparameters(ignore=["model", "objective", "loss", "optimizer", "scheduler"])
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every algorithm's ``training_step`` names the step in the ``FloatingPointError`` it raises (a state's

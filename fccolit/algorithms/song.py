@@ -70,13 +70,92 @@ def _ndcg_cutoff(name: str, num_items: int) -> int:
                      f"'ndcg', got {name!r}")
 
 
-class RankingSOX(SOX):
+class RankingEvaluation:
+    """Mixin of the ranking modules: scoring ranking batches, NDCG metrics, full-ranking evaluation, Adam lr 1e-3.
+
+    What every module trained on ranking batches shares, whatever its loss (:class:`RankingSOX` and its SONG, K-SONG,
+    SOLC; :class:`~fccolit.algorithms.ranking.MiniBatchRanking`): ``forward`` scores a batch list by list
+    (:func:`score_lists`), the default metrics are NDCG@{1,3,5} for learning to rank and NDCG@{10,20,50} for
+    recommendation (told apart by ``num_users`` in ``data_sizes``; :meth:`ranking_metric_names`), recommendation is
+    evaluated by full ranking, NDCG counts an empty query as ``empty_query`` says, and the default optimizer is the
+    papers' (Adam with default betas, lr 1e-3; Qiu et al., §7 and §7.1).
+
+    Args:
+        None: a mixin without a constructor; the host calls :meth:`ranking_metric_names` before
+            :class:`~fccolit.algorithms.base.FCCOModule`'s constructor, which builds the metrics.
+
+    Raises:
+        ValueError: from :meth:`ranking_metric_names`, ``empty_query`` not one of ``"zero"``, ``"one"``, ``"skip"``;
+            a recommendation metric name other than ``"ndcg@K"`` / ``"ndcg"``; in evaluation, a full-ranking batch
+            (``heldout_items``) for a module built without ``num_users`` in ``data_sizes``.
+        TypeError: in evaluation, a full-ranking batch for a model without ``score_all``.
+
+    Example:
+        >>> from fccolit.algorithms import SONG
+        >>> from fccolit.models.ltr import ListMLP
+        >>> module = SONG(ListMLP(), data_sizes={"num_queries": 3, "num_features": 2, "num_pairs": 4}, empty_query="one")
+        >>> isinstance(module, RankingEvaluation), module.empty_query, module.metric_names
+        (True, 'one', ['ndcg@1', 'ndcg@3', 'ndcg@5'])
+    """
+
+    def ranking_metric_names(
+        self, metrics: Sequence[str] | None, empty_query: str, data_sizes: dict[str, int] | None
+    ) -> Sequence[str]:
+        """Check and keep ``empty_query``; the metric names: ``metrics``, or the default for the data (NDCG@{10,20,50}
+        for recommendation data_sizes with ``num_users``, NDCG@{1,3,5} otherwise)."""
+        if empty_query not in EMPTY_QUERY_POLICIES:
+            raise ValueError(f"empty_query must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {empty_query!r}")
+        self.empty_query = empty_query
+        if metrics is not None:
+            return metrics
+        return RECOMMENDATION_METRICS if "num_users" in (data_sizes or {}) else LTR_METRICS
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return score_lists(self.model, batch)
+
+    def default_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        """Adam, lr 1e-3, default betas (the experiments of Qiu et al., §7, §7.1 and Table 4's protocol)."""
+        return torch.optim.Adam(params, lr=1e-3)
+
+    # ------------------------------------------------------------------ evaluation
+    def build_metrics(self) -> EvaluationMetrics:
+        """NDCG@k of candidate lists (``relevance``, ``mask``) counting an empty query as ``empty_query`` says,
+        and, with recommendation ``data_sizes`` (``num_users``) evaluated by full ranking (no ``eval_negatives``:
+        sampled candidates are lists, for the NDCG@k above), one :class:`~fccolit.metrics.FullRankingNDCGScore` for the
+        full-ranking batches (``heldout_items``), logged under the same names (one ``topk`` serves every cut-off).
+        Each batch feeds the metrics that read its fields."""
+        metrics = super().build_metrics()
+        for _, metric in metrics.named_metrics():
+            if isinstance(metric, NDCGScore):
+                metric.empty_query = self.empty_query
+        if "num_users" in self.data_sizes and not self.data_sizes.get("eval_negatives") and self.metric_names:
+            cutoffs = [_ndcg_cutoff(n, int(self.data_sizes["num_items"])) for n in self.metric_names]
+            metrics.add("full_ranking_ndcg", FullRankingNDCGScore(cutoffs, empty_query=self.empty_query, names=self.metric_names))
+        return metrics
+
+    def evaluation_scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """A full-ranking batch (``heldout_items``) is scored against every item, ``model.score_all(query)`` ``[U, I]``;
+        any other batch list by list (:func:`score_lists`)."""
+        if "heldout_items" not in batch:
+            return self(batch)
+        if "num_users" not in self.data_sizes:
+            raise ValueError(
+                "a full-ranking evaluation batch (heldout_items) needs a module built with recommendation data_sizes "
+                "(num_users, num_items)"
+            )
+        if not hasattr(self.model, "score_all"):
+            raise TypeError(f"{type(self.model).__name__} has no score_all(query): it cannot rank every item")
+        return self.model.score_all(batch["query"])
+
+
+class RankingSOX(RankingEvaluation, SOX):
     """SOX on a per-pair ranking objective, with ranking batches as input and NDCG evaluation (Qiu et al., ICML 2022).
 
-    Everything SONG, K-SONG and SOLC share besides their objective and state rule: scoring a batch
-    (:func:`score_lists`), the default metrics (NDCG@{1,3,5} for learning to rank, NDCG@{10,20,50} for
-    recommendation, told apart by ``num_users`` in ``data_sizes``), full-ranking evaluation for recommendation,
-    and the papers' optimizer (Adam with default betas, lr 1e-3; Qiu et al., §7 and §7.1).
+    Everything SONG, K-SONG and SOLC share besides their objective and state rule (the ranking part from
+    :class:`RankingEvaluation`): scoring a batch (:func:`score_lists`), the default metrics (NDCG@{1,3,5} for
+    learning to rank, NDCG@{10,20,50} for recommendation, told apart by ``num_users`` in ``data_sizes``),
+    full-ranking evaluation for recommendation, and the papers' optimizer (Adam with default betas, lr 1e-3; Qiu et
+    al., §7 and §7.1).
 
     Args:
         model: a list scorer (:class:`~fccolit.models.ltr.ListMLP`, :class:`~fccolit.models.ltr.ContextAwareRanker`)
@@ -125,51 +204,8 @@ class RankingSOX(SOX):
         empty_query: Literal["zero", "one", "skip"] = "zero",
         **kwargs,
     ) -> None:
-        if empty_query not in EMPTY_QUERY_POLICIES:
-            raise ValueError(f"empty_query must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {empty_query!r}")
-        self.empty_query = empty_query
-        sizes = kwargs.get("data_sizes") or {}
-        recommendation = "num_users" in sizes
-        if metrics is None:
-            metrics = RECOMMENDATION_METRICS if recommendation else LTR_METRICS
+        metrics = self.ranking_metric_names(metrics, empty_query, kwargs.get("data_sizes"))
         super().__init__(model, objective, ema_weight=ema_weight, u_for_gradient=u_for_gradient, metrics=metrics, **kwargs)
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return score_lists(self.model, batch)
-
-    def default_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-        """Adam, lr 1e-3, default betas (the experiments of Qiu et al., §7, §7.1 and Table 4's protocol)."""
-        return torch.optim.Adam(params, lr=1e-3)
-
-    # ------------------------------------------------------------------ evaluation
-    def build_metrics(self) -> EvaluationMetrics:
-        """NDCG@k of candidate lists (``relevance``, ``mask``) counting an empty query as ``empty_query`` says,
-        and, with recommendation ``data_sizes`` (``num_users``) evaluated by full ranking (no ``eval_negatives``:
-        sampled candidates are lists, for the NDCG@k above), one :class:`~fccolit.metrics.FullRankingNDCGScore` for the
-        full-ranking batches (``heldout_items``), logged under the same names (one ``topk`` serves every cut-off).
-        Each batch feeds the metrics that read its fields."""
-        metrics = super().build_metrics()
-        for _, metric in metrics.named_metrics():
-            if isinstance(metric, NDCGScore):
-                metric.empty_query = self.empty_query
-        if "num_users" in self.data_sizes and not self.data_sizes.get("eval_negatives") and self.metric_names:
-            cutoffs = [_ndcg_cutoff(n, int(self.data_sizes["num_items"])) for n in self.metric_names]
-            metrics.add("full_ranking_ndcg", FullRankingNDCGScore(cutoffs, empty_query=self.empty_query, names=self.metric_names))
-        return metrics
-
-    def evaluation_scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """A full-ranking batch (``heldout_items``) is scored against every item, ``model.score_all(query)`` ``[U, I]``;
-        any other batch list by list (:func:`score_lists`)."""
-        if "heldout_items" not in batch:
-            return self(batch)
-        if "num_users" not in self.data_sizes:
-            raise ValueError(
-                "a full-ranking evaluation batch (heldout_items) needs a module built with recommendation data_sizes "
-                "(num_users, num_items)"
-            )
-        if not hasattr(self.model, "score_all"):
-            raise TypeError(f"{type(self.model).__name__} has no score_all(query): it cannot rank every item")
-        return self.model.score_all(batch["query"])
 
 
 class SONG(RankingSOX):

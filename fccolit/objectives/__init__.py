@@ -12,9 +12,11 @@ from fccolit.objectives.nonsmooth import (
 )
 from fccolit.objectives.pauc import PartialAUCRangeSurrogate, RankedRangeObjective, SumOfRankedRangeLoss
 from fccolit.objectives.pnorm_push import PNormPushLoss
+from fccolit.objectives.ranking_losses import ApproxNDCGLoss, LambdaRankLoss, ListwiseRankingLoss, NeuralNDCGLoss
 
 __all__ = ["FCCOObjective", "InnerBatch", "AveragePrecisionSurrogate", "ListwiseCELoss", "NCALoss", "PNormPushLoss",
            "CompositeObjective", "Hinge", "SmoothedHinge", "SquaredHinge", "GapPenalty", "make_penalty",
            "GroupDROCVaRLoss", "ConstrainedObjective", "ROCFairnessAUCObjective", "ContinualLearningObjective",
            "PartialAUCRangeSurrogate", "RankedRangeObjective", "SumOfRankedRangeLoss",
-           "NDCGSurrogate", "TopKNDCGSurrogate", "SOLCListwiseCELoss"]
+           "NDCGSurrogate", "TopKNDCGSurrogate", "SOLCListwiseCELoss", "ListwiseRankingLoss", "LambdaRankLoss",
+           "ApproxNDCGLoss", "NeuralNDCGLoss"]

@@ -13,7 +13,8 @@ import pytest
 DOCTESTED = {
     "fccolit.state": ["IndexedState", "StateUpdate"],
     "fccolit.algorithms.sox": ["SOXFamily", "SOX", "BSGD", "SOAP", "MOAP", "ProjectedSOX", "MOAPV1", "MOAPV2", "ADAP"],
-    "fccolit.algorithms.song": ["RankingSOX", "SONG", "KSONG", "SOLC"],
+    "fccolit.algorithms.song": ["RankingEvaluation", "RankingSOX", "SONG", "KSONG", "SOLC"],
+    "fccolit.algorithms.ranking": ["MiniBatchRanking"],
     "fccolit.algorithms.sonex": ["theoretical_correction_weight", "NonsmoothFCCOModule", "SONEX", "SONX", "PenaltySOX"],
     "fccolit.algorithms.alexr2": ["ALEXR2"],
     "fccolit.algorithms.supervised": ["Supervised"],
@@ -40,6 +41,8 @@ DOCTESTED = {
     "fccolit.objectives.nca": ["NCALoss"],
     "fccolit.objectives.pnorm_push": ["PNormPushLoss"],
     "fccolit.objectives.listwise": ["ListwiseCELoss", "SOLCListwiseCELoss"],
+    "fccolit.objectives.ranking_losses": ["ListwiseRankingLoss", "LambdaRankLoss", "ApproxNDCGLoss", "NeuralNDCGLoss",
+                                          "neural_sort", "sinkhorn_scaling"],
     "fccolit.objectives.ndcg": ["RankingObjective", "NDCGSurrogate", "TopKNDCGSurrogate", "LowerLevel"],
     "fccolit.objectives.pauc": ["RankedRangeBatch", "RankedRangeObjective", "PartialAUCRangeSurrogate",
                                 "SumOfRankedRangeLoss"],
