@@ -8,7 +8,7 @@ from fccolit.callbacks.schedules import HyperParameterSchedule, InverseSqrtSched
 from fccolit.callbacks.sox_boost import SOXBoost
 from fccolit.callbacks.state_histograms import StateHistograms
 from fccolit.callbacks.stop_gradient import StopGradientSwitch
-from fccolit.callbacks.summary import MetricsSummary, ProgressLines
+from fccolit.callbacks.summary import MetricHistory, MetricsSummary, ProgressLines
 from fccolit.callbacks.warmup import WarmUp
 
-__all__ = ["RunCheckpoint", "MetricsSummary", "ProgressLines", "StateHistograms", "PredictionWriter", "HyperParameterSchedule", "InverseSqrtSchedule", "SOXBoost", "ConstraintViolationLogger", "WarmUp", "StopGradientSwitch", "TrainingHealth", "TrainingHealthWarning"]
+__all__ = ["RunCheckpoint", "MetricsSummary", "MetricHistory", "ProgressLines", "StateHistograms", "PredictionWriter", "HyperParameterSchedule", "InverseSqrtSchedule", "SOXBoost", "ConstraintViolationLogger", "WarmUp", "StopGradientSwitch", "TrainingHealth", "TrainingHealthWarning"]

@@ -1,8 +1,11 @@
-"""Print the validation metrics when training ends."""
+"""Print the validation metrics when training ends, a line at every validation, or a file of them."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from pathlib import Path
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
@@ -100,3 +103,49 @@ class ProgressLines(Callback):
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._line(trainer)
+
+
+class MetricHistory(Callback):
+    """After every validation during ``fit``, append the logged scalar metrics as one JSON line to ``path``.
+
+    Each line is ``{"step": <global step>, "epoch": <epoch>, "metrics": {name: value, ...}}`` with every scalar of
+    ``trainer.callback_metrics`` (the ``val/*`` values and the latest training values); the sanity check writes
+    nothing. ``fccolit sweep`` (:mod:`fccolit.sweep`) adds it to each trial's run and reads the selection metric
+    from the file, whatever loggers the config has. Written by rank 0 only, flushed line by line, so a killed run
+    leaves every finished validation's line.
+
+    Args:
+        path: the JSON-lines file; its folder is created; lines are appended (a file that exists is extended).
+
+    Raises:
+        OSError: ``path`` cannot be written (at the first validation).
+
+    Example:
+        >>> import json, tempfile
+        >>> from pathlib import Path
+        >>> from types import SimpleNamespace
+        >>> import torch
+        >>> path = Path(tempfile.mkdtemp()) / "history.jsonl"
+        >>> trainer = SimpleNamespace(sanity_checking=False, global_step=100, current_epoch=0,
+        ...                           state=SimpleNamespace(fn="fit"),
+        ...                           callback_metrics={"val/ap": torch.tensor(0.5), "val/per_class": torch.ones(3)})
+        >>> history = MetricHistory(path)
+        >>> history.on_validation_end(trainer, None)
+        >>> trainer.global_step, trainer.callback_metrics["val/ap"] = 200, torch.tensor(0.75)
+        >>> history.on_validation_end(trainer, None)
+        >>> [json.loads(line) for line in path.read_text().splitlines()]
+        [{'step': 100, 'epoch': 0, 'metrics': {'val/ap': 0.5}}, {'step': 200, 'epoch': 0, 'metrics': {'val/ap': 0.75}}]
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    @rank_zero_only
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        metrics = {name: float(value) for name, value in trainer.callback_metrics.items() if value.numel() == 1}
+        line = json.dumps({"step": trainer.global_step, "epoch": trainer.current_epoch, "metrics": metrics})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as file:
+            file.write(line + "\n")

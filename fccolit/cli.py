@@ -705,7 +705,8 @@ DESCRIPTION = (
     "Train and evaluate models on X-risks (NDCG, top-K NDCG, AUPRC, partial AUC, group DRO, constrained learning) "
     "with fccolit's stochastic compositional optimizers. Every run is a YAML config plus overrides: "
     "`fccolit fit --config configs/quickstart.yaml`, then `fccolit test --config configs/quickstart.yaml "
-    "--ckpt_path last` (or best). Errors are one line; --traceback (or FCCOLIT_TRACEBACK=1) shows the full report."
+    "--ckpt_path last` (or best). Errors are one line; --traceback (or FCCOLIT_TRACEBACK=1) shows the full report. "
+    "`fccolit sweep --help`: choose a config's hyper-parameters on validation data (Optuna)."
 )
 
 

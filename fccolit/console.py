@@ -1,7 +1,7 @@
 """The entry point of the ``fccolit`` command and of ``python -m fccolit``.
 
-It answers ``fccolit --version`` without importing torch and Lightning (a tenth of a second instead of seconds) and
-hands every other command to :func:`fccolit.cli.console`. The working folder goes at the end of ``sys.path``, as
+It answers ``fccolit --version`` without importing torch and Lightning (a tenth of a second instead of seconds), hands
+``fccolit sweep`` to :func:`fccolit.sweep.main` and every other command to :func:`fccolit.cli.console`. The working folder goes at the end of ``sys.path``, as
 ``python -m`` puts it at the front, so ``--model my_module.MyAlgorithm`` finds ``./my_module.py`` without
 ``PYTHONPATH`` (at the end: a local file never shadows an installed package).
 """
@@ -20,6 +20,11 @@ def main() -> None:
         return
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.append(os.getcwd())
+    if sys.argv[1:2] == ["sweep"]:  # Optuna drives `fccolit fit` runs; this process never imports torch
+        from fccolit.sweep import main as sweep
+
+        sweep(sys.argv[2:])
+        return
     from fccolit.cli import console
 
     console()

@@ -100,13 +100,15 @@ DOCTESTED = {
     "fccolit.callbacks.sox_boost": ["SOXBoost"],
     "fccolit.callbacks.warmup": ["WarmUp"],
     "fccolit.callbacks.state_histograms": ["StateHistograms"],
-    "fccolit.callbacks.summary": ["MetricsSummary", "ProgressLines"],
+    "fccolit.callbacks.summary": ["MetricsSummary", "ProgressLines", "MetricHistory"],
     "fccolit.callbacks.checkpoint": ["RunCheckpoint"],
     "fccolit.callbacks.prediction_writer": ["PredictionWriter"],
     "fccolit.callbacks.constraints": ["ConstraintStatistics", "ConstraintViolationLogger"],
     "fccolit.callbacks.health": ["TrainingHealthWarning", "HealthReport", "TrainingHealth"],
     "fccolit.checkpoints": ["ConfigurationError", "RunLayout"],
     "fccolit.cli": ["FCCOHelpFormatter", "FCCOArgumentParser", "RunChecks", "SaveAndLogConfig", "FCCOLitCLI"],
+    "fccolit.sweep": ["Parameter", "parse_space", "dotted_keys", "check_keys", "changed_keys", "with_values",
+                      "check_metric", "selection_value", "FitLauncher", "last_error_line"],
 }
 
 
