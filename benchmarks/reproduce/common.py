@@ -262,6 +262,26 @@ def write_result(name: str, lines: Sequence[str]) -> Path:
     return path
 
 
+def write_headlines(name: str, rows: Sequence[dict[str, str]]) -> Path:
+    """Write ``results/<name>.headlines.json``: the README's headline rows of this script, each a dict with the
+    keys of :data:`HEADLINE_COLUMNS` (``collect.py`` writes them into README.md, so every README number comes from a
+    results file)."""
+    import json
+
+    for row in rows:
+        if set(row) != set(HEADLINE_COLUMNS):
+            raise ValueError(f"a headline row needs exactly the keys {HEADLINE_COLUMNS}, got {sorted(row)}")
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.headlines.json"
+    path.write_text(json.dumps(list(rows), indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+#: the README's headline table: column key → header
+HEADLINE_COLUMNS = {"claim": "claim (paper, table)", "data": "data, reported seeds", "paper": "paper",
+                    "ours": "ours", "verdict": "verdict (paired over seeds)"}
+
+
 def save_plot(name: str, draw) -> str:
     """``draw(plt)`` draws a figure; it is saved as ``results/<name>.png``; returns the markdown image line (or a
     note when matplotlib is missing)."""

@@ -221,6 +221,13 @@ def write(final, chosen, tuning, gammas, plan, seconds, quick, compute: float, c
               "SOAP < MOAP < BSGD; ijcnn1 SOX = SOAP < MOAP < BSGD (so \"SOX beats SOAP\" is the covtype claim; "
               "\"not separable\" is what ijcnn1's tie would show).", ""]
     lines += common.verdict_table(claims, "test loss (lower is better, signed so + favours the claim)")
+    if not quick:
+        common.write_headlines(name, [{
+            "claim": "SOX beats BSGD, MOAP and SOAP in test loss; γ = 1 is not best (Wang & Yang ICML 2022, Table 4, "
+                     "Figure 5(b))",
+            "data": f"a9a, {len(seeds)}", "paper": "covtype / ijcnn1 (not available here)",
+            "ours": "test loss " + ", ".join(f"{m} {mean[m]:.4f}" for m in sorted(METHODS, key=lambda m: mean[m])),
+            "verdict": "; ".join(f"{label}: {v.text()}" for label, v in claims)}])
     gamma_means = {g: float(np.nanmean(v)) for g, v in gamma_tests.items()}
     lines += ["", f"SOX at η = {chosen['SOX'].lr:g}, β = {chosen['SOX'].beta:g} against γ (test loss, mean ± std over "
               "seeds):", "", "| γ | " + " | ".join(f"{g:g}" for g in gammas) + " |", "|---|" + "---:|" * len(gammas),

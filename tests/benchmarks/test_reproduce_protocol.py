@@ -94,3 +94,20 @@ def test_paired_verdict_rejects_unpaired_input():
 def test_verdict_table_quotes_the_rule():
     lines = common.verdict_table([("A > B", common.paired_verdict([2.0, 3.0], [1.0, 1.5]))], "AP")
     assert lines[2].startswith("| A > B | +1.2500 |") and lines[-1] == common.VERDICT_RULE
+
+
+def test_readme_headline_table_is_the_generated_one():
+    """README's reproduction rows are written by collect.py from results/*.headlines.json, never typed by hand."""
+    import collect
+
+    text = collect.README.read_text()
+    assert collect.BEGIN in text and collect.END in text
+    assert collect.readme_with_headlines(text) == text, "run `python benchmarks/reproduce/collect.py`"
+
+
+def test_headline_rows_need_every_column(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "RESULTS_DIR", tmp_path)
+    with pytest.raises(ValueError, match="needs exactly the keys"):
+        common.write_headlines("x", [{"claim": "c"}])
+    row = dict.fromkeys(common.HEADLINE_COLUMNS, "v")
+    assert common.write_headlines("x", [row]).read_text().count('"v"') == len(common.HEADLINE_COLUMNS)
