@@ -89,6 +89,9 @@ HEARTBEAT_SECONDS = 30
 #: how often a trial stopped while running (a killed sweep) is re-queued before it is left failed
 MAX_RETRIES = 3
 _SETTINGS_ATTR = "fccolit_sweep"  # the study's user attribute holding the settings it was started with
+#: the settings a resumed study must share with its start (the config is compared as fccolit fit reads it, so another
+#: path to the same content, or the same overrides given another way, is the same study)
+_COMPARED_SETTINGS = ("space", "metric", "direction", "reduce", "seeds")
 _CONFIG_ATTR = "fccolit_sweep_config"  # ... and the resolved config
 
 
@@ -522,7 +525,7 @@ class FitLauncher:
         self.method = method
         self.threads = threads
         self._running: set[Any] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a signal handler in the thread that holds it calls terminate_all
 
     def run(self, argv: list[str], log_path: str | os.PathLike, cwd: str | os.PathLike | None = None) -> int:
         """Run ``fccolit <argv>`` to its end; returns its exit status (negative: the signal that ended it)."""
@@ -726,7 +729,7 @@ class Sweep:
     def check_same_settings(self, stored: dict[str, Any], name: str) -> None:
         """Refuse to resume a study with other settings than it was started with."""
         mine = self.settings()
-        different = [key for key in mine if stored.get(key) != mine[key]]
+        different = [key for key in _COMPARED_SETTINGS if stored.get(key) != mine[key]]
         if different:
             lines = [f"  {key}: the study has {stored.get(key)!r}, this command {mine[key]!r}" for key in different]
             raise SweepError(f"the study '{name}' in {self.storage_url()} was started with other settings; resume it "

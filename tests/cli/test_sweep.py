@@ -117,6 +117,7 @@ def staged(tmp_path_factory) -> SimpleNamespace:
                            study=optuna.load_study(study_name="study", storage=storage))
 
 
+@pytest.mark.slow
 def test_sweep_writes_the_study_the_tables_and_a_runnable_best_config(staged):
     folder = staged.folder
     assert (folder / "study" / "study.db").is_file()
@@ -155,6 +156,7 @@ def test_sweep_writes_the_study_the_tables_and_a_runnable_best_config(staged):
     assert run.returncode == 0, run.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_a_resumed_study_runs_only_the_missing_trials(staged):
     final = staged.final
     assert len(complete(final)) == 4
@@ -166,6 +168,7 @@ def test_a_resumed_study_runs_only_the_missing_trials(staged):
     assert "3 of 4 trials complete" in staged.third.stdout
 
 
+@pytest.mark.slow
 def test_a_killed_sweep_requeues_its_running_trial_and_reaches_the_count(staged):
     assert staged.states_after_kill == {0: "COMPLETE", 1: "COMPLETE", 2: "COMPLETE", 3: "RUNNING"}
     assert "re-queued trial(s) 3, stopped while running" in staged.third.stdout
@@ -176,6 +179,7 @@ def test_a_killed_sweep_requeues_its_running_trial_and_reaches_the_count(staged)
     assert [by_number[4][key] for key in (LR, EMA, BATCH)] == [by_number[3][key] for key in (LR, EMA, BATCH)]
 
 
+@pytest.mark.slow
 def test_resuming_with_other_settings_is_refused(staged):
     other = [*STUDY[:5], "val/auroc", *STUDY[6:]]
     result = fccolit("sweep", *other, "--trials", "5", cwd=staged.folder)
@@ -206,6 +210,7 @@ def test_a_bad_space_is_refused_naming_the_file_line_and_field(tmp_path):
     assert not (tmp_path / "study").exists()  # nothing written
 
 
+@pytest.mark.slow
 def test_a_space_key_the_config_does_not_have_is_refused(tmp_path):
     (tmp_path / "tiny.yaml").write_text(CONFIG)
     (tmp_path / "space.yaml").write_text(f"{LR}: {{type: float, low: 0.01, high: 0.1}}\n"
