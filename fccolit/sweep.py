@@ -69,7 +69,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import yaml
 
@@ -474,12 +474,14 @@ def selection_value(history: Sequence[dict[str, Any]], metric: str, reduce: str,
 
 
 # ------------------------------------------------------------------------------------------- running fccolit
-def _fccolit_in_this_process(argv: list[str], log_path: str, cwd: str, threads: int | None) -> None:
-    """The body of a forked run: ``fccolit <argv>`` with stdout and stderr in ``log_path``."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+def _fccolit_in_this_process(argv: list[str], log_path: str, stderr_path: str | None, cwd: str,
+                             threads: int | None) -> None:
+    """The body of a forked run: ``fccolit <argv>`` with stdout in ``log_path``, stderr too unless ``stderr_path``."""
+    for fd, path in ((1, log_path), (2, stderr_path or log_path)):
+        opened = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if fd == 2 and path == log_path else os.O_TRUNC),
+                         0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
     os.chdir(cwd)
     if threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
@@ -527,13 +529,16 @@ class FitLauncher:
         self._running: set[Any] = set()
         self._lock = threading.RLock()  # re-entrant: a signal handler in the thread that holds it calls terminate_all
 
-    def run(self, argv: list[str], log_path: str | os.PathLike, cwd: str | os.PathLike | None = None) -> int:
-        """Run ``fccolit <argv>`` to its end; returns its exit status (negative: the signal that ended it)."""
+    def run(self, argv: list[str], log_path: str | os.PathLike, cwd: str | os.PathLike | None = None,
+            stderr_path: str | os.PathLike | None = None) -> int:
+        """Run ``fccolit <argv>`` in ``cwd`` (default: this process's) to its end, its output in ``log_path`` (its
+        stderr in ``stderr_path`` when given); returns its exit status (negative: the signal that ended it)."""
         cwd = str(cwd or os.getcwd())
         log_path = str(log_path)
+        stderr_path = str(stderr_path) if stderr_path is not None else None
         if self.method == "forkserver":
-            process = self._context.Process(target=_fccolit_in_this_process, args=(argv, log_path, cwd, self.threads),
-                                            daemon=False)
+            process = self._context.Process(target=_fccolit_in_this_process,
+                                            args=(argv, log_path, stderr_path, cwd, self.threads), daemon=False)
             with self._lock:
                 process.start()
                 self._running.add(process)
@@ -541,9 +546,10 @@ class FitLauncher:
             code = process.exitcode
         else:
             env = dict(os.environ, **({"OMP_NUM_THREADS": str(self.threads)} if self.threads is not None else {}))
-            with open(log_path, "w") as log, self._lock:
+            with open(log_path, "w") as log, open(stderr_path or os.devnull, "w") as errors, self._lock:
                 process = subprocess.Popen([sys.executable, "-m", "fccolit", *argv], stdout=log,
-                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, env=env)
+                                           stderr=errors if stderr_path else subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, cwd=cwd, env=env)
                 self._running.add(process)
             code = process.wait()
         with self._lock:
@@ -598,10 +604,8 @@ def trial_rows(trials: Sequence[Any], parameters: Sequence[Parameter], seeds: Se
     """One row per trial for ``trials.csv`` / ``trials.md``: number, state, value (the mean over the seeds), each
     seed's value, each parameter, seconds, start time and a note (the error of a failed trial, the retry of a stopped
     one)."""
-    retried_as = {}
-    for trial in trials:
-        for number in trial.system_attrs.get("retry_history", []):
-            retried_as[number] = trial.number
+    retried_as = {trial.system_attrs["retry_history"][-1]: trial.number for trial in trials
+                  if trial.system_attrs.get("retry_history")}  # a stopped trial -> the trial that reran it
     rows = []
     for trial in sorted(trials, key=lambda t: t.number):
         seed_values = trial.user_attrs.get("seed_values", {})
@@ -685,11 +689,26 @@ class Sweep:
 
     Raises:
         SweepError: from :meth:`run`: a config that does not parse, a key it does not have, settings that differ from
-            the stored study's, a metric never logged, too many failed trials.
+            the stored study's, a metric never logged.
+        ValueError: ``--launch forkserver`` where the platform has none.
+
+    Example:
+        Nothing runs until :meth:`run`; the study's default storage and the settings a resumed study must share:
+
+        >>> args = build_parser().parse_args(["--config", "quickstart", "--space", "space.yaml", "--trials", "20",
+        ...                                   "--metric", "val/ap", "--direction", "maximize", "--seeds", "100", "101",
+        ...                                   "--study-dir", "/tmp/sweeps/quickstart"])
+        >>> sweep = Sweep(args, parse_space("model.init_args.ema_weight: {type: float, low: 0.1, high: 1.0}"), [])
+        >>> sweep.storage_url()
+        'sqlite:////tmp/sweeps/quickstart/study.db'
+        >>> sweep.settings()  # doctest: +NORMALIZE_WHITESPACE
+        {'config': 'quickstart', 'fit_args': [], 'space': [{'key': 'model.init_args.ema_weight', 'type': 'float',
+         'low': 0.1, 'high': 1.0}], 'metric': 'val/ap', 'direction': 'maximize', 'reduce': 'last', 'seeds': [100, 101]}
     """
 
     def __init__(self, args: argparse.Namespace, parameters: list[Parameter], fit_args: list[str], out: Any = None) -> None:
         self.args = args
+        args.max_failures = args.max_failures or args.trials
         self.parameters = parameters
         self.fit_args = fit_args
         self.out = out or sys.stdout
@@ -697,6 +716,7 @@ class Sweep:
         self.host = socket.gethostname()
         self.failures: list[str] = []
         self.fatal: BaseException | None = None
+        self.config: dict[str, Any] = {}  # the resolved config, read by run()
         self._lock = threading.Lock()
         threads = None
         if "OMP_NUM_THREADS" not in os.environ:
@@ -709,14 +729,17 @@ class Sweep:
 
     # -- settings
     def settings(self) -> dict[str, Any]:
+        """What the study is started with (stored in it; see :data:`_COMPARED_SETTINGS`)."""
         return {"config": self.args.config, "fit_args": self.fit_args, "space": [p.describe() for p in self.parameters],
                 "metric": self.args.metric, "direction": self.args.direction, "reduce": self.args.reduce,
                 "seeds": list(self.args.seeds)}
 
     def storage_url(self) -> str:
+        """``--storage``, or the SQLite file ``<study-dir>/study.db``."""
         return self.args.storage or f"sqlite:///{(self.folder / 'study.db').resolve()}"
 
     def open_storage(self) -> Any:
+        """Optuna's RDB storage with heartbeats: a trial whose sweep died elsewhere is failed and re-queued."""
         import optuna
 
         url = self.storage_url()
@@ -739,16 +762,20 @@ class Sweep:
     def resolved_config(self) -> dict[str, Any]:
         """The config as ``fccolit fit`` reads it (with the arguments after ``--``), by ``--print_config``."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        log = self.folder / "config.log"
-        code = self.launcher.run(["fit", "--config", self.args.config, *self.fit_args, "--print_config"], log)
+        printed, log = self.folder / "config.printed.yaml", self.folder / "config.log"
+        code = self.launcher.run(["fit", "--config", self.args.config, *self.fit_args, "--print_config"], printed,
+                                 stderr_path=log)
         if code != 0:
-            raise SweepError(f"--config {self.args.config}: `fccolit fit` cannot read it: {last_error_line(log)}")
-        config = yaml.safe_load(log.read_text())
+            raise SweepError(f"--config {self.args.config}: `fccolit fit` cannot read it: {last_error_line(log)} "
+                             f"(log: {log})")
+        config = yaml.safe_load(printed.read_text())
+        printed.unlink()
         log.unlink()
         return config
 
     # -- one trial
     def objective(self, trial: Any) -> float:
+        """One trial: its config written, ``fccolit fit`` per selection seed, the mean of the seeds' values."""
         args = self.args
         trial.set_user_attr("worker", f"{self.host}:{os.getpid()}")
         values = {p.key: p.suggest(trial) for p in self.parameters}
@@ -787,6 +814,7 @@ class Sweep:
 
     # -- after each trial
     def finished(self, study: Any, trial: Any) -> None:
+        """After each trial (Optuna's callback): the progress line, the outputs, and a stop at the count."""
         from optuna.trial import TrialState
 
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -809,6 +837,7 @@ class Sweep:
             study.stop()
 
     def write_outputs(self, study: Any) -> None:
+        """``trials.csv``, ``trials.md`` and (once a trial is complete) ``best.yaml`` in the study folder."""
         from optuna.trial import TrialState
 
         trials = study.get_trials(deepcopy=False)
@@ -973,7 +1002,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         argv, fit_args = argv[:cut], argv[cut + 1:]
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.max_failures = args.max_failures or args.trials
 
     def fail(message: str) -> None:
         sys.stderr.write("".join(f"fccolit sweep: error: {line}\n" for line in message.splitlines()))

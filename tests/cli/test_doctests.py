@@ -108,7 +108,7 @@ DOCTESTED = {
     "fccolit.checkpoints": ["ConfigurationError", "RunLayout"],
     "fccolit.cli": ["FCCOHelpFormatter", "FCCOArgumentParser", "RunChecks", "SaveAndLogConfig", "FCCOLitCLI"],
     "fccolit.sweep": ["Parameter", "parse_space", "dotted_keys", "check_keys", "changed_keys", "with_values",
-                      "check_metric", "selection_value", "FitLauncher", "last_error_line"],
+                      "check_metric", "selection_value", "FitLauncher", "last_error_line", "Sweep"],
 }
 
 
