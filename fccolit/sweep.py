@@ -506,6 +506,9 @@ class FitLauncher:
     Raises:
         ValueError: an unknown ``method``, or ``forkserver`` where the platform has none (Windows).
 
+    As with any start method but ``fork``, a script that runs it with ``forkserver`` needs the
+    ``if __name__ == "__main__":`` guard (each run imports the script's main module again); the ``fccolit`` command has it.
+
     Example:
         >>> import sys, tempfile
         >>> from pathlib import Path
