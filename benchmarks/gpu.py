@@ -3,6 +3,7 @@
     python benchmarks/gpu.py            # one CUDA device (192 s on an H200; results/gpu_nvidia_h200.md); writes
                                         # benchmarks/results/gpu_<device>.md (then: python benchmarks/collect.py)
     python benchmarks/gpu.py --quick    # tiny shapes, a few steps, on the CPU when there is no GPU (seconds)
+    python benchmarks/gpu.py --profile clip --out DIR/x   # torch.profiler tables of one workload's fits, into DIR
 
 ``python benchmarks/run.py --gpu`` runs it and assembles RESULTS.md. Nothing is downloaded and nothing needs
 editing: every model is built with random weights and every batch is generated.
@@ -324,6 +325,38 @@ def run(quick: bool, only: list[str] | None = None, log=print, after_workload=No
     return out
 
 
+def profile(name: str, quick: bool, folder: Path, log=print, steps: int = 10) -> list[Path]:
+    """``torch.profiler`` tables of a ``steps``-step fit of each side (plain, FCCO) of workload ``name`` in each
+    precision: ``<folder>/profile_<name>_<side>_<precision>.txt``, the 25 operators with the largest self time on
+    the device (self CPU time off CUDA), so a ratio row can be explained operator by operator."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda:0" if cuda else "cpu")
+    accelerator = "gpu" if cuda else "cpu"
+    work = workloads(quick, steps)[name]
+    data = work.data(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for precision in PRECISIONS:
+        for label, factories in work.pairs.items():
+            for side, factory in zip(("plain", "fcco"), factories):
+                torch.manual_seed(0)
+                module = factory(data)
+                with torch_profile(activities=activities) as prof:
+                    fcco_overhead.trainer(1, steps, accelerator=accelerator, precision=precision).fit(
+                        module, datamodule=data)
+                sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+                path = folder / f"profile_{name}_{side}_{precision}.txt"
+                path.write_text(f"{label}, {side}, {precision}, {steps} steps ({work.title})\n"
+                                + prof.key_averages().table(sort_by=sort, row_limit=25) + "\n")
+                written.append(path)
+                log(f"profiled {name} {side} {precision}: {path}")
+    return written
+
+
 # ---------------------------------------------------------------------------------------------- the report
 def device_slug(name: str) -> str:
     """``"NVIDIA H100 80GB HBM3"`` → ``"nvidia_h100_80gb_hbm3"`` (the results file's name).
@@ -370,8 +403,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", nargs="*", default=None, choices=["resnet20", "densenet121", "neumf", "clip"])
     ap.add_argument("--out", type=Path, default=None,
                     help="results file (default: benchmarks/results/gpu_<device>.md on a GPU, none with --quick)")
+    ap.add_argument("--profile", choices=["resnet20", "densenet121", "neumf", "clip"], default=None,
+                    help="instead of the ratios: torch.profiler tables of this workload's plain and FCCO fits, each "
+                         "precision, written beside --out (default: benchmarks/out/)")
     args = ap.parse_args(argv)
     torch.set_float32_matmul_precision("highest")
+    if args.profile:
+        folder = args.out.parent if args.out is not None else Path(__file__).resolve().parent / "out"
+        for path in profile(args.profile, args.quick, folder, log=lambda s: print(s, file=sys.stderr, flush=True)):
+            print(path.read_text())
+        return
     if not torch.cuda.is_available():
         torch.set_num_threads(1)  # --quick on the CPU: these tiny models gain nothing from more threads
     command = "python benchmarks/gpu.py" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))
