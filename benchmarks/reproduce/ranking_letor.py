@@ -19,7 +19,10 @@ Protocol ([budget]: scaled to fit this CPU; [data]: not the paper's data; [open]
   batch of 64 queries (``--num-batches``; the configs' one pass is 3 batches) [budget]. Every method has the same
   warm-up, restart and schedule (the paper's §7.1: "For all methods, we first pre-train"): ListNet is the second
   stage with γ0 = 1 (mini-batch listwise cross-entropy) and SOLC with γ0 = 0.1, both from
-  ``configs/mslr/listwise_ce.yaml`` (song.yaml with only the second stage's algorithm changed).
+  ``configs/mslr/listwise_ce.yaml`` (song.yaml with only the second stage's algorithm changed); LambdaRank,
+  ApproxNDCG and NeuralNDCG (the paper's direct NDCG baselines, Table 5) are the second stage trained by
+  ``MiniBatchRanking`` on their loss, from ``configs/mslr/{lambdarank,approxndcg,neuralndcg}.yaml`` (same warm-up
+  and schedule; the losses' options at allRank's defaults, untuned).
 * verdicts: :func:`common.paired_verdict` on the per-seed paired test NDCG differences of the reported seeds
   (``SEEDS``; nothing is tuned here: every setting is the shipped configs').
 * selection: test NDCG@{1, 3, 5} at the checkpoint with the best validation NDCG@5 (the configs' ModelCheckpoint).
@@ -50,12 +53,18 @@ PAPER = {
     "ListNet": (0.5105, 0.5058, 0.5146),
     "SONG": (0.5265, 0.5136, 0.5206),
     "K-SONG": (0.5271, 0.5147, 0.5204),
+    "LambdaRank": (0.5173, 0.5118, 0.5187),
+    "ApproxNDCG": (0.5204, 0.5114, 0.5179),
+    "NeuralNDCG": (0.5160, 0.5101, 0.5155),
 }
 METHODS = {
     "ListNet": R.Method("ListNet", "listwise_ce.yaml"),
     "SOLC": R.Method("SOLC", "listwise_ce.yaml", ("--model.init_args.ema_weight", "0.1")),
     "SONG": R.Method("SONG", "song.yaml"),
     "K-SONG": R.Method("K-SONG", "ksong.yaml"),
+    "LambdaRank": R.Method("LambdaRank", "lambdarank.yaml"),
+    "ApproxNDCG": R.Method("ApproxNDCG", "approxndcg.yaml"),
+    "NeuralNDCG": R.Method("NeuralNDCG", "neuralndcg.yaml"),
 }
 SEEDS = C.SeedPlan(reported=(0, 1, 2), selection=(100,))
 
