@@ -44,7 +44,9 @@ def machine() -> str:
     import torch
 
     return (f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s), "
-            f"Python {platform.python_version()}, torch {torch.__version__}, CPU")
+            f"Python {platform.python_version()}, torch {torch.__version__}, CPU, 15-minute load average "
+            f"{os.getloadavg()[2]:.1f} when the file was written (run times are wall-clock: above the core count, "
+            "they overstate the compute)")
 
 
 @dataclass
