@@ -1,6 +1,8 @@
-"""What the partial-AUC reproduction scripts share (``pauc_range.py``, ``pauc_peer.py``): the a9a splits, one
-training run of an fccolit module through ``Trainer.fit`` at a fixed number of steps, one training run of a LibAUC
-loss + optimizer in a plain loop over **the same batches**, and the metrics.
+"""What the partial-AUC reproduction scripts share (``pauc_range.py``, ``pauc_peer.py``): the a9a splits and the
+second data set of the transfer check (LETOR documents as a binary task, :func:`letor_binary`), one training run of
+an fccolit module through ``Trainer.fit`` at a fixed number of steps, one training run of a LibAUC loss + optimizer
+in a plain loop over **the same batches**, the metrics, and the cache key and compute line of the runs (the runs
+themselves go through ``common.Runner``).
 
 The batches come from fccolit's ``LibSVMDataModule`` (its ``DualSampler``: I = 100 positives and J = 100 negatives
 per batch, a seeded permutation of each class); both libraries see the same sequence of batches for a seed because
@@ -10,6 +12,7 @@ same weights on both sides (torch's default ``nn.Linear`` init under ``torch.man
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -21,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from common import shared_data  # noqa: F401  (re-exported for the scripts)
+from common import sample_std, shared_data  # noqa: F401  (shared_data re-exported for the scripts)
 
 from lightning.pytorch import Callback, Trainer  # noqa: E402
 
@@ -40,9 +43,10 @@ SOURCES = (
     *(f"fccolit/algorithms/pauc/{name}.py" for name in ("__init__", "base", "thresholds", "agd_sbcd", "dca", "minibatch")),
     "fccolit/objectives/pauc.py",
 )
-HARNESS_VERSION = "1"
+HARNESS_VERSION = "2"  # 2: runs record ``seconds`` (wall, load to evaluation); second data set (LETOR)
 
 
+@functools.lru_cache(maxsize=None)
 def source_digest() -> str:
     h = hashlib.sha256()
     for name in SOURCES:
@@ -50,32 +54,24 @@ def source_digest() -> str:
     return h.hexdigest()[:16]
 
 
-#: CPU seconds of the runs a script has read or computed (the header's compute line: a cached rerun takes seconds)
-COMPUTE = {"seconds": 0.0}
+def cache_key(job: tuple) -> str:
+    """The on-disk cache key of a ``(setting, seed)`` job of :class:`common.Runner`: the job, the content of the
+    library's pAUC code and the harness version, so an edit of either reruns the affected runs."""
+    return repr(job) + source_digest() + HARNESS_VERSION
 
 
-def compute_line() -> str:
-    """The results header's note on what the runs cost, whether this invocation ran them or read them back."""
-    return (f"Compute: {COMPUTE['seconds'] / 60:.1f} min of CPU for the runs (cached under {CACHE.relative_to(REPO)}, so a rerun "
-            "only writes the tables). ")
+def compute_line(results) -> tuple[float, str]:
+    """The compute of the runs a results file uses (the sum of their ``seconds``, whether this invocation ran them
+    or read them back from the cache), and the header's sentence about it."""
+    seconds = float(sum(r.get("seconds", 0.0) for r in results))
+    cpu = float(sum(r.get("cpu_s", 0.0) for r in results))
+    return seconds, (f"Compute: {seconds / 60:.1f} min, the sum of the wall seconds of the {len(results)} runs used "
+                     f"(one torch thread each, data loading and evaluation included; {cpu / 60:.1f} min of it is the "
+                     f"training loops' CPU time, the rest loading, evaluation and waiting for a core on the shared "
+                     f"machine; cached under {CACHE.relative_to(REPO)}, so a rerun with nothing changed only rewrites "
+                     "the tables). ")
 
 
-def cached(key: str, compute: Callable[[], dict]) -> dict:
-    """``compute()``'s result stored under ``CACHE/<hash of key and the library sources>.json``: a rerun of a
-    script reads back every run whose setting and code are unchanged."""
-    digest = hashlib.sha256((key + source_digest() + HARNESS_VERSION).encode()).hexdigest()[:24]
-    path = CACHE / "runs" / f"{digest}.json"
-    if path.is_file():
-        result = json.loads(path.read_text())
-        COMPUTE["seconds"] += float(result.get("cpu_s", 0.0))
-        return result
-    result = compute()
-    COMPUTE["seconds"] += float(result.get("cpu_s", 0.0))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**result, "key": key}))
-    tmp.replace(path)
-    return result
 RANGES = {"pauc_0.05_0.5": (0.05, 0.5), "pauc_0_0.5": (0.0, 0.5)}
 
 
@@ -86,14 +82,54 @@ def quiet() -> None:
     torch.set_num_threads(1)
 
 
-def load(seed: int, cache: Path, transform: Callable[[dict], torch.Tensor] | None = None) -> tuple[LibSVMDataModule, dict]:
-    """a9a with a seeded stratified 20% validation split (``a9a.t`` is the test set), batches of 100 + 100.
+#: the data sets a run can start from: a9a (LIBSVM, as distributed; the data the shipped config was tuned on) and
+#: a second one for the transfer check, the LightGBM LambdaRank example's LETOR documents read as a binary task
+SOURCES_DATA = ("a9a", "letor")
+LETOR_RELEVANT = 3  # a document is positive when its relevance grade is at least this (9.7% of rank.train)
+
+
+def letor_binary(cache: Path) -> Path:
+    """A binary LIBSVM copy of ``../shared/data/letor-lightgbm-lambdarank`` (the LightGBM repository's LambdaRank
+    example: ``rank.train``, 3,005 documents of 201 queries, ``rank.test``, 768 documents of 50 queries, 300
+    features in [0, 1], relevance grades 0–4): each document is one example, labelled 1 when its grade is at least
+    :data:`LETOR_RELEVANT` ("highly relevant", 291 of 3,005 training and 54 of 768 test documents), 0 otherwise; the
+    query grouping is not used. Written once under ``cache`` (git-ignored, never into the repository); returns the
+    folder holding ``letor_rel3`` and ``letor_rel3.t``."""
+    source = shared_data("letor-lightgbm-lambdarank")
+    folder = cache / f"letor-rel{LETOR_RELEVANT}"
+    for split, name in (("rank.train", f"letor_rel{LETOR_RELEVANT}"), ("rank.test", f"letor_rel{LETOR_RELEVANT}.t")):
+        target = folder / name
+        if target.is_file():
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for line in (source / split).read_text().splitlines():
+            if not line.strip():
+                continue
+            grade, _, features = line.partition(" ")
+            lines.append(f"{int(float(grade) >= LETOR_RELEVANT)} {features}")
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.replace(target)
+    return folder
+
+
+def load(seed: int, cache: Path, transform: Callable[[dict], torch.Tensor] | None = None,
+         source: str = "a9a") -> tuple[LibSVMDataModule, dict]:
+    """``source``'s training file with a seeded stratified 20% validation split and its test file (``a9a.t``;
+    LETOR: ``rank.test``, see :func:`letor_binary`), batches of 100 + 100.
 
     ``transform(splits)`` returns new **training** labels (e.g. label noise, :func:`flip_top_positives`); the
     DataModule's training split, sizes and sampler are rebuilt from them, so the batches, ``pos_index`` and the
     per-positive state sizes follow. Validation and test labels are never changed."""
-    data = LibSVMDataModule(shared_data("libsvm-a9a"), "a9a", val_fraction=0.2, batch_size=BATCH,
-                            num_positives=POSITIVES, seed=seed, cache_dir=cache)
+    if source == "a9a":
+        root, name = shared_data("libsvm-a9a"), "a9a"
+    elif source == "letor":
+        root, name = letor_binary(cache), f"letor_rel{LETOR_RELEVANT}"
+    else:
+        raise ValueError(f"unknown data source {source!r}: one of {SOURCES_DATA}")
+    data = LibSVMDataModule(root, name, val_fraction=0.2, batch_size=BATCH, num_positives=POSITIVES, seed=seed,
+                            cache_dir=cache)
     data.setup("fit")
     splits = {s: {"x": getattr(data, f"{s}_dataset").fields["x"], "y": getattr(data, f"{s}_dataset").fields["y"]}
               for s in ("train", "val", "test")}
@@ -194,13 +230,15 @@ class StopAt(Callback):
 
 def run_fccolit(build: Callable[[LinearScorer, dict], Any], seed: int, steps: int, cache: Path,
                 transform: Callable | None = None, init: str = "default",
-                extra: Callable[[Any, dict], dict] | None = None) -> dict:
+                extra: Callable[[Any, dict], dict] | None = None, source: str = "a9a") -> dict:
     """``build(model, sizes)`` returns an fccolit module; it trains ``steps`` batches through ``Trainer.fit``.
 
     Returns the metrics of what the module evaluates (``evaluation_scores``: AGD-SBCD's v̄_n, DCA's last iterate, the
     SGD baselines' live weights), of AGD-SBCD's anchor w (``anchor/...``) and of the live iterate (``live/...``), plus
-    the outer steps reached and the CPU seconds."""
-    data, splits = load(seed, cache, transform)
+    the outer steps reached, the CPU seconds of training (``cpu_s``) and the wall seconds of the whole run, data
+    loading and evaluation included (``seconds``)."""
+    began = time.perf_counter()
+    data, splits = load(seed, cache, transform, source)
     model = initial_model(seed, splits["train"]["x"].shape[1], init)
     module = build(model, data.sizes)
     trainer = Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
@@ -212,7 +250,7 @@ def run_fccolit(build: Callable[[LinearScorer, dict], Any], seed: int, steps: in
     except FloatingPointError:  # the state refuses non-finite estimates: the run diverged
         return {**{f"{split}/{k}": math.nan for split in ("val", "test") for k in (*RANGES, "auroc", "ap")},
                 "outer_steps": math.nan, "steps": trainer.global_step, "cpu_s": time.process_time() - start,
-                "diverged": True}
+                "seconds": time.perf_counter() - began, "diverged": True}
     seconds = time.process_time() - start
     module.eval()
     if hasattr(module, "evaluation_scores"):
@@ -228,6 +266,7 @@ def run_fccolit(build: Callable[[LinearScorer, dict], Any], seed: int, steps: in
     out.update({"outer_steps": loop.get("outer_step", math.nan), "steps": trainer.global_step, "cpu_s": seconds})
     if extra is not None:
         out.update(extra(module, splits))
+    out["seconds"] = time.perf_counter() - began
     return out
 
 
@@ -272,12 +311,14 @@ def build_libauc(kind: str, setting: dict, sizes: dict[str, int], params) -> tup
 
 
 def run_libauc(kind: str, setting: dict, seed: int, steps: int, cache: Path, transform: Callable | None = None,
-               score_transform: str = "sigmoid", init: str = "default") -> dict:
+               score_transform: str = "sigmoid", init: str = "default", source: str = "a9a") -> dict:
     """LibAUC's ``loss(score, y, pos_index)`` → backward → its optimizer, ``steps`` batches of the DataModule.
 
     ``score_transform="sigmoid"`` feeds ``σ(h(x))`` to the loss (LibAUC's examples: "the model's output should
-    pass through a sigmoid"); the metrics are rank-based, so they are the same on h and σ(h)."""
-    data, splits = load(seed, cache, transform)
+    pass through a sigmoid"); the metrics are rank-based, so they are the same on h and σ(h). ``seconds``: wall
+    seconds of the whole run (loading and evaluation included)."""
+    began = time.perf_counter()
+    data, splits = load(seed, cache, transform, source)
     model = initial_model(seed, splits["train"]["x"].shape[1], init)
     loss_fn, opt = build_libauc(kind, setting, data.sizes, model.parameters())
     start = time.process_time()
@@ -299,13 +340,13 @@ def run_libauc(kind: str, setting: dict, seed: int, steps: int, cache: Path, tra
     seconds = time.process_time() - start
     model.eval()
     out = evaluate(lambda x: model(x), splits)
-    out.update({"outer_steps": math.nan, "steps": step, "cpu_s": seconds})
+    out.update({"outer_steps": math.nan, "steps": step, "cpu_s": seconds, "seconds": time.perf_counter() - began})
     return out
 
 
 def mean_std(values) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof = 1, :func:`common.sample_std`) of the finite values."""
     vals = [v for v in values if v == v]
     if not vals:
         return math.nan, math.nan
-    m = sum(vals) / len(vals)
-    return m, (sum((v - m) ** 2 for v in vals) / len(vals)) ** 0.5
+    return sum(vals) / len(vals), sample_std(vals)
