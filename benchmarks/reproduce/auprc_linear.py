@@ -161,18 +161,13 @@ def datamodule(data_dir: Path, cache: Path, seed: int, sampling: str = "permutat
                             batch_size=20, num_positives=10, anchor_sampling=sampling, seed=seed, cache_dir=cache)
 
 
-_SPLITS: dict[str, torch.Tensor] = {}
-PATHS: dict[str, Path] = {}  # "data" and "cache", set in main() before the workers fork
+PATHS: dict[str, Path] = {}  # "data" and "cache", set by prepare() in main() before the workers fork
 
 
-def load_splits(data_dir: Path, cache: Path) -> dict[str, torch.Tensor]:
-    if not _SPLITS:
-        PATHS.update(data=data_dir, cache=cache)
-        data = datamodule(data_dir, cache, 0)
-        data.setup("fit")
-        _SPLITS.update(x_train=data.train_dataset.fields["x"], y_train=data.train_dataset.fields["y"],
-                       x_test=data.test_dataset.fields["x"], y_test=data.test_dataset.fields["y"])
-    return _SPLITS
+def prepare(data_dir: Path, cache: Path) -> None:
+    """Point the runs at ``data_dir`` and write the parsed-data cache once, before the workers fork."""
+    PATHS.update(data=data_dir, cache=cache)
+    datamodule(data_dir, cache, 0).setup("fit")
 
 
 def evaluation_splits(data: LibSVMDataModule) -> dict[str, torch.Tensor]:
@@ -194,7 +189,6 @@ def run(setting: Setting, seed: int, keep_weights: bool = False) -> dict:
     """One training run of T = 500 steps: final training (and validation, if the data has a validation split) and
     test AP, the training-AP curve, the state's use."""
     data_dir, cache = PATHS["data"], PATHS["cache"]
-    load_splits(data_dir, cache)
     data = datamodule(data_dir, cache, seed, setting.protocol.anchor_sampling)
     data.setup("fit")
     data.setup("test")
@@ -275,7 +269,7 @@ def main() -> None:
     clock = Stopwatch()
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp)
-        load_splits(data_dir, cache)  # writes the cache before the workers fork
+        prepare(data_dir, cache)
         runner = Runner(args.workers, plan)
 
         # (A) the second moment of the Adam-type methods: each cell's (η, β) tuned on the selection seeds; the cell

@@ -122,7 +122,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_digits(Path(tmp))
         A.DATA.update(name="digits8", val_fraction=0.25)
-        A.load_splits(folder, Path(tmp) / "cache")  # the cache, before the workers fork
+        A.prepare(folder, Path(tmp) / "cache")
         runner = common.Runner(run, args.workers)
         chosen, final = {}, {}
         for m in methods:
