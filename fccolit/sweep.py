@@ -29,7 +29,9 @@ maximum of noisy values). The trial's value is the mean over the selection seeds
 ``fit`` runs, and a metric not named ``val...`` is refused. Choose selection seeds apart from the seeds you report.
 
 Trials run ``--jobs`` at a time (Optuna's threads, each waiting on its own ``fit`` processes), sampled by a seeded
-TPE sampler (``--sampler-seed``; reproducible with ``--jobs 1``). The study lives in Optuna's RDB storage (by default
+TPE sampler (``--sampler-seed``; reproducible with ``--jobs 1``), or, with ``--sampler grid``, one trial for every
+combination of the parameters' values (each needs ``choices`` or a ``step``; ``--trials`` defaults to the grid's size;
+a point whose trial failed is not run again). The study lives in Optuna's RDB storage (by default
 ``sqlite:///<study-dir>/study.db``; ``--storage postgresql://...`` lets several machines share one study), so a
 sweep that is stopped resumes with the same command: completed trials are not run again, a trial left running by a
 killed sweep on this machine (its process gone) is marked failed and re-queued with the same parameters, and one left
@@ -91,7 +93,10 @@ MAX_RETRIES = 3
 _SETTINGS_ATTR = "fccolit_sweep"  # the study's user attribute holding the settings it was started with
 #: the settings a resumed study must share with its start (the config is compared as fccolit fit reads it, so another
 #: path to the same content, or the same overrides given another way, is the same study)
-_COMPARED_SETTINGS = ("space", "metric", "direction", "reduce", "seeds")
+_COMPARED_SETTINGS = ("space", "metric", "direction", "reduce", "seeds", "sampler")
+#: what a study started before a setting existed had (so it still resumes)
+_SETTING_DEFAULTS = {"sampler": "tpe"}
+SAMPLERS = ("tpe", "grid")
 _CONFIG_ATTR = "fccolit_sweep_config"  # ... and the resolved config
 
 
@@ -160,6 +165,28 @@ class Parameter:
         if self.kind == "int":
             return trial.suggest_int(self.key, self.low, self.high, log=self.log, step=self.step or 1)
         return trial.suggest_categorical(self.key, list(self.choices))
+
+    def grid_values(self) -> list[Any] | None:
+        """Every value of this parameter on a grid (``--sampler grid``): a categorical's choices, or ``low, low + step,
+        ..., high`` of a float / int with a step (an int's step is 1 unless given); None for a continuous float or a
+        log-scale int (no finite set of values).
+
+        Example:
+            >>> Parameter("data.init_args.batch_size", "int", low=16, high=64, step=16).grid_values()
+            [16, 32, 48, 64]
+            >>> Parameter("model.init_args.ema_weight", "float", low=0.1, high=0.3, step=0.1).grid_values()
+            [0.1, 0.2, 0.3]
+            >>> Parameter("model.init_args.ema_weight", "float", low=0.1, high=1.0).grid_values() is None
+            True
+        """
+        if self.kind == "categorical":
+            return list(self.choices)
+        if self.log or (self.kind == "float" and self.step is None):
+            return None
+        step = self.step or 1
+        count = int(math.floor((self.high - self.low) / step + 1e-9)) + 1
+        values = [self.low + i * step for i in range(count)]
+        return values if self.kind == "int" else [round(v, 12) for v in values]
 
     def describe(self) -> dict[str, Any]:
         """The parameter as the space file states it (without the line), e.g. to compare with a stored study."""
@@ -315,6 +342,29 @@ def read_space(path: str | os.PathLike) -> list[Parameter]:
 
 
 # ------------------------------------------------------------------------------------------- the config
+def grid_space(parameters: Sequence[Parameter], space_name: str) -> dict[str, list[Any]]:
+    """The grid of ``--sampler grid``: every parameter's values (:meth:`Parameter.grid_values`).
+
+    Raises:
+        SweepError: one line per parameter without a finite set of values, naming the space file and its line.
+
+    Example:
+        >>> grid = grid_space(parse_space("a: {type: categorical, choices: [1, 2]}\\nb: {type: int, low: 0, high: 2}"),
+        ...                   "space.yaml")
+        >>> grid, math.prod(len(v) for v in grid.values())
+        ({'a': [1, 2], 'b': [0, 1, 2]}, 6)
+        >>> grid_space(parse_space("lr: {type: float, low: 1e-4, high: 1e-1, log: true}"), "space.yaml")
+        Traceback (most recent call last):
+            ...
+        fccolit.sweep.SweepError: space.yaml:1: lr: --sampler grid needs a finite set of values: give choices (type: categorical) or a step (without log: true)
+    """
+    problems = [f"{space_name}:{p.line}: {p.key}: --sampler grid needs a finite set of values: give choices (type: "
+                "categorical) or a step (without log: true)" for p in parameters if p.grid_values() is None]
+    if problems:
+        raise SweepError("\n".join(problems))
+    return {p.key: p.grid_values() for p in parameters}
+
+
 def dotted_keys(config: dict[str, Any], prefix: str = "") -> list[str]:
     """Every key of a nested mapping, dotted (``model.init_args.lr``); lists are not entered.
 
@@ -670,15 +720,17 @@ def _process_alive(pid: int) -> bool:
 def requeue(study: Any, trial: Any) -> None:
     """Queue a trial that was stopped while running (its sweep killed) again, with the same parameters, unless it
     was retried :data:`MAX_RETRIES` times already; the new trial's system attributes name the original
-    (``failed_trial``, ``retry_history``, as Optuna's own retry callback writes them)."""
+    (``failed_trial``, ``retry_history``, as Optuna's own retry callback writes them; and, under ``--sampler grid``, the
+    grid point it stands for, so the grid sampler does not assign it another)."""
     import optuna
 
     history = [*trial.system_attrs.get("retry_history", []), trial.number]
     if len(history) > MAX_RETRIES:
         return
+    grid_point = {key: trial.system_attrs[key] for key in ("grid_id", "search_space") if key in trial.system_attrs}
     study.add_trial(optuna.trial.create_trial(
         state=optuna.trial.TrialState.WAITING, params=trial.params, distributions=trial.distributions,
-        system_attrs={"failed_trial": history[0], "retry_history": history}))
+        system_attrs={"failed_trial": history[0], "retry_history": history, **grid_point}))
 
 
 class Sweep:
@@ -706,11 +758,23 @@ class Sweep:
         'sqlite:////tmp/sweeps/quickstart/study.db'
         >>> sweep.settings()  # doctest: +NORMALIZE_WHITESPACE
         {'config': 'quickstart', 'fit_args': [], 'space': [{'key': 'model.init_args.ema_weight', 'type': 'float',
-         'low': 0.1, 'high': 1.0}], 'metric': 'val/ap', 'direction': 'maximize', 'reduce': 'last', 'seeds': [100, 101]}
+         'low': 0.1, 'high': 1.0}], 'metric': 'val/ap', 'direction': 'maximize', 'reduce': 'last', 'seeds': [100, 101],
+         'sampler': 'tpe'}
     """
 
     def __init__(self, args: argparse.Namespace, parameters: list[Parameter], fit_args: list[str], out: Any = None) -> None:
         self.args = args
+        #: the grid of ``--sampler grid`` (key -> values), None under TPE
+        self.grid = grid_space(parameters, args.space) if args.sampler == "grid" else None
+        if self.grid is not None:
+            points = math.prod(len(values) for values in self.grid.values())
+            if args.trials is None:
+                args.trials = points
+            elif args.trials > points:
+                raise SweepError(f"--trials {args.trials}: the grid of {args.space} has {points} point(s); give at most "
+                                 f"{points}, or leave --trials out to run them all")
+        elif args.trials is None:
+            raise SweepError("--trials is required with --sampler tpe (the number of complete trials to reach)")
         args.max_failures = args.max_failures or args.trials
         self.parameters = parameters
         self.fit_args = fit_args
@@ -735,7 +799,7 @@ class Sweep:
         """What the study is started with (stored in it; see :data:`_COMPARED_SETTINGS`)."""
         return {"config": self.args.config, "fit_args": self.fit_args, "space": [p.describe() for p in self.parameters],
                 "metric": self.args.metric, "direction": self.args.direction, "reduce": self.args.reduce,
-                "seeds": list(self.args.seeds)}
+                "seeds": list(self.args.seeds), "sampler": self.args.sampler}
 
     def storage_url(self) -> str:
         """``--storage``, or the SQLite file ``<study-dir>/study.db``."""
@@ -755,9 +819,10 @@ class Sweep:
     def check_same_settings(self, stored: dict[str, Any], name: str) -> None:
         """Refuse to resume a study with other settings than it was started with."""
         mine = self.settings()
-        different = [key for key in _COMPARED_SETTINGS if stored.get(key) != mine[key]]
+        different = [key for key in _COMPARED_SETTINGS if stored.get(key, _SETTING_DEFAULTS.get(key)) != mine[key]]
         if different:
-            lines = [f"  {key}: the study has {stored.get(key)!r}, this command {mine[key]!r}" for key in different]
+            lines = [f"  {key}: the study has {stored.get(key, _SETTING_DEFAULTS.get(key))!r}, this command "
+                     f"{mine[key]!r}" for key in different]
             raise SweepError(f"the study '{name}' in {self.storage_url()} was started with other settings; resume it "
                              "with the same ones, or start a new study (another --study-dir or --study-name):\n"
                              + "\n".join(lines))
@@ -866,6 +931,18 @@ class Sweep:
                 _write_atomically(self.folder / "best.yaml", "\n".join(header) + "\n"
                                   + yaml.safe_dump(with_values(self.config, values), sort_keys=False))
 
+    def grid_points_left(self, study: Any) -> int:
+        """Under ``--sampler grid``, the points that no finished trial stands for (a failed trial re-queued after a
+        kill stands for none until it runs again); otherwise a number no sweep reaches."""
+        if self.grid is None:
+            return sys.maxsize
+        from optuna.trial import TrialState
+
+        trials = study.get_trials(deepcopy=False)
+        finished = {t.system_attrs.get("grid_id") for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL)}
+        queued = {t.system_attrs.get("grid_id") for t in trials if t.state == TrialState.WAITING}
+        return math.prod(len(values) for values in self.grid.values()) - len((finished - queued) - {None})
+
     def requeue_stopped(self, study: Any) -> list[int]:
         """Fail and re-queue the trials left running by a killed sweep on this machine (their process is gone), and
         those of other machines whose heartbeat stopped."""
@@ -917,8 +994,12 @@ class Sweep:
             study.set_user_attr(_SETTINGS_ATTR, self.settings())
             study.set_user_attr(_CONFIG_ATTR, self.config)
         stopped = self.requeue_stopped(study)
-        # seeded by the history's length too: a resumed study does not draw the first run's points again
-        study.sampler = optuna.samplers.TPESampler(seed=args.sampler_seed + len(study.get_trials(deepcopy=False)))
+        if self.grid is not None:
+            # one fixed seed: the grid's order, by which a trial number is mapped to a point, is the same on resume
+            study.sampler = optuna.samplers.GridSampler(self.grid, seed=args.sampler_seed)
+        else:
+            # seeded by the history's length too: a resumed study does not draw the first run's points again
+            study.sampler = optuna.samplers.TPESampler(seed=args.sampler_seed + len(study.get_trials(deepcopy=False)))
         complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
         self.say(f"fccolit sweep: study '{name}' in {url}: {complete} of {args.trials} trials complete"
                  + (f"; re-queued trial(s) {', '.join(map(str, stopped))}, stopped while running" if stopped else "")
@@ -926,7 +1007,9 @@ class Sweep:
                  + f"{', '.join(map(str, args.seeds))}; {args.jobs} job(s)")
         try:
             while complete < args.trials and len(self.failures) < args.max_failures:
-                remaining = args.trials - complete
+                remaining = min(args.trials - complete, self.grid_points_left(study))
+                if remaining == 0:  # the grid is run: each point complete or failed
+                    break
                 study.optimize(self.objective, n_trials=remaining, n_jobs=min(args.jobs, remaining),
                                catch=(TrialFailed,), callbacks=[self.finished])
                 if self.fatal is not None:
@@ -934,9 +1017,13 @@ class Sweep:
                 complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
         finally:
             self.write_outputs(study)
-        if len(self.failures) >= args.max_failures and complete < args.trials:
-            self.say(f"fccolit sweep: stopped after {len(self.failures)} failed trials ({complete} of {args.trials} "
-                     f"complete); the last: {self.failures[-1]}. Fix the config or the space and rerun to continue.")
+        if complete < args.trials:
+            failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+            last = self.failures[-1] if self.failures else (
+                f"trial {failed[-1].number}: {failed[-1].user_attrs.get('error', 'failed')}" if failed else "")
+            self.say(f"fccolit sweep: stopped after {len(self.failures) or len(failed)} failed trials ({complete} of "
+                     f"{args.trials} complete); the last: {last}. Fix the config or the space and rerun to continue"
+                     + (" (a grid point that failed is not run again: start a new study)." if self.grid else "."))
             return 1
         best = study.best_trial
         self.say(f"fccolit sweep: {complete} trial(s) complete; best: trial {best.number}, {args.metric} "
@@ -970,7 +1057,9 @@ def build_parser() -> argparse.ArgumentParser:
                "--metric val/ap --direction maximize --seeds 100 101 --study-dir sweeps/adap")
     parser.add_argument("--config", required=True, help="the config to tune (a file, or a packaged config's name)")
     parser.add_argument("--space", required=True, help="the search space (YAML: dotted config key -> {type: ...})")
-    parser.add_argument("--trials", required=True, type=_positive, help="the number of complete trials to reach")
+    parser.add_argument("--trials", type=_positive,
+                        help="the number of complete trials to reach (required with --sampler tpe; with --sampler "
+                             "grid: every point of the grid unless given)")
     parser.add_argument("--metric", required=True, help="the selection metric, logged on validation (e.g. val/ap)")
     parser.add_argument("--direction", required=True, choices=DIRECTIONS)
     parser.add_argument("--seeds", required=True, type=int, nargs="+",
@@ -982,7 +1071,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--storage", help="Optuna RDB storage URL, shared by several machines "
                                           "(default: sqlite:///<study-dir>/study.db)")
     parser.add_argument("--study-name", help="the study's name in the storage (default: the study folder's name)")
-    parser.add_argument("--sampler-seed", type=int, default=0, help="seed of the TPE sampler (default 0)")
+    parser.add_argument("--sampler", choices=SAMPLERS, default="tpe",
+                        help="tpe (default): Optuna's TPE sampler; grid: every combination of the parameters' values "
+                             "once (each needs choices, or a step), in a seeded order")
+    parser.add_argument("--sampler-seed", type=int, default=0, help="seed of the sampler (default 0)")
     parser.add_argument("--max-failures", type=_positive,
                         help="stop after this many failed trials in this run (default: --trials)")
     parser.add_argument("--keep-checkpoints", action="store_true",

@@ -369,6 +369,29 @@ class Runner:
         return max(finite, key=means.__getitem__), results
 
 
+def config_sweep(config: Path, space: Path, plan: SeedPlan, study_dir: Path, metric: str, fit_args: Sequence[str],
+                 jobs: int = 1, reduce: str = "best", direction: str = "maximize") -> list[dict[str, str]]:
+    """Choose a config's knobs the way a user does: the ``fccolit sweep`` command (Optuna, ``--sampler grid``: every
+    point of ``space`` once) on the plan's *selection* seeds, validation ``metric`` only; ``fit_args`` go to every
+    ``fccolit fit``. The study lives in ``study_dir`` (a rerun resumes it: finished points are not run again).
+    Returns the rows of its ``trials.csv`` (``number``, ``state``, ``value``, ``seed_<s>``, one column per key)."""
+    import csv
+    import subprocess
+
+    exe = Path(sys.executable).with_name("fccolit")
+    study_dir.mkdir(parents=True, exist_ok=True)
+    command = [str(exe), "sweep", "--config", str(config), "--space", str(space), "--sampler", "grid",
+               "--metric", metric, "--reduce", reduce, "--direction", direction,
+               "--seeds", *map(str, plan.selection), "--study-dir", str(study_dir), "--jobs", str(jobs),
+               "--", *fit_args]
+    # the runs' relative paths (the configs' logger save_dir) land in the study folder
+    result = subprocess.run(command, cwd=study_dir, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"fccolit sweep exited with {result.returncode}: {result.stderr[-2000:]}{result.stdout[-2000:]}")
+    with (study_dir / "trials.csv").open() as file:
+        return list(csv.DictReader(file))
+
+
 def _call(job):
     run, setting, seed = job
     import torch

@@ -99,7 +99,7 @@ class LetorBudget(R.Budget):
     config_dir = "mslr"
     max_epochs = 200
 
-    def args(self) -> list[str]:
+    def data_args(self) -> list[str]:
         root = split_root(R.CACHE / "data")
         extra = [] if self.num_batches <= 0 else ["--data.init_args.num_batches", str(self.num_batches)]
         return ["--data.init_args.root", str(root), "--data.init_args.cache_dir", str(R.CACHE / "data"),

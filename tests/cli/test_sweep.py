@@ -240,3 +240,62 @@ def test_without_optuna_it_says_how_to_install_it(tmp_path):
     assert result.returncode == 2
     assert result.stderr == ("fccolit sweep: error: fccolit sweep needs Optuna, which is not installed: "
                              "pip install 'fccolit[sweep]'\n")
+
+
+GRID_SPACE = """\
+model.init_args.ema_weight: {type: categorical, choices: [0.1, 0.9]}
+data.init_args.batch_size: {type: int, low: 16, high: 32, step: 16}
+"""
+
+
+@pytest.mark.slow
+def test_a_grid_sweep_runs_every_point_once_and_resumes_to_the_rest(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(CONFIG)
+    (tmp_path / "grid.yaml").write_text(GRID_SPACE)
+    grid = ["--config", "tiny.yaml", "--space", "grid.yaml", "--metric", "val/ap", "--direction", "maximize",
+            "--seeds", "100", "--study-dir", "study", "--sampler", "grid"]
+    first = fccolit("sweep", *grid, "--trials", "3", "--jobs", "2", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert len(complete(rows(tmp_path))) == 3
+    rest = fccolit("sweep", *grid, cwd=tmp_path)  # without --trials: the whole grid
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    assert "3 of 4 trials complete" in rest.stdout
+    points = [(float(row[EMA]), int(row[BATCH])) for row in complete(rows(tmp_path))]
+    assert sorted(points) == [(0.1, 16), (0.1, 32), (0.9, 16), (0.9, 32)]
+    again = fccolit("sweep", *grid, cwd=tmp_path)  # nothing left: no trial runs
+    assert again.returncode == 0 and len(rows(tmp_path)) == 4
+    tpe = fccolit("sweep", *grid[:-2], "--trials", "5", cwd=tmp_path)
+    assert tpe.returncode == 2 and "sampler: the study has 'grid', this command 'tpe'" in tpe.stderr
+
+
+def test_a_grid_needs_finite_values_and_at_most_its_size_in_trials(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(CONFIG)
+    (tmp_path / "space.yaml").write_text(SPACE)
+    (tmp_path / "grid.yaml").write_text(GRID_SPACE)
+    base = ["--config", "tiny.yaml", "--metric", "val/ap", "--direction", "maximize", "--seeds", "100",
+            "--study-dir", "study", "--sampler", "grid"]
+    continuous = fccolit("sweep", *base, "--space", "space.yaml", cwd=tmp_path)
+    assert continuous.returncode == 2
+    assert continuous.stderr.splitlines() == [
+        f"fccolit sweep: error: space.yaml:1: {LR}: --sampler grid needs a finite set of values: give choices (type: "
+        "categorical) or a step (without log: true)"]
+    too_many = fccolit("sweep", *base, "--space", "grid.yaml", "--trials", "5", cwd=tmp_path)
+    assert too_many.returncode == 2
+    assert "--trials 5: the grid of grid.yaml has 4 point(s); give at most 4" in too_many.stderr
+    no_trials = fccolit("sweep", *base[:-2], "--space", "grid.yaml", cwd=tmp_path)
+    assert no_trials.returncode == 2 and "--trials is required with --sampler tpe" in no_trials.stderr
+    assert not (tmp_path / "study").exists()  # nothing written
+
+
+def test_a_requeued_grid_trial_keeps_its_point():
+    from fccolit.sweep import requeue
+
+    study = optuna.create_study(sampler=optuna.samplers.GridSampler({"x": [1, 2, 3]}, seed=0))
+    stopped = study.ask()
+    x = stopped.suggest_categorical("x", [1, 2, 3])
+    study.tell(stopped, state=optuna.trial.TrialState.FAIL)
+    requeue(study, study.trials[0])
+    study.optimize(lambda trial: trial.suggest_categorical("x", [1, 2, 3]), n_trials=3)
+    retried = study.trials[1]
+    assert retried.params["x"] == x and retried.system_attrs["grid_id"] == study.trials[0].system_attrs["grid_id"]
+    assert sorted(t.params["x"] for t in study.trials[1:]) == [1, 2, 3]  # every point once, the retried one included
