@@ -111,3 +111,64 @@ def test_headline_rows_need_every_column(tmp_path, monkeypatch):
         common.write_headlines("x", [{"claim": "c"}])
     row = dict.fromkeys(common.HEADLINE_COLUMNS, "v")
     assert common.write_headlines("x", [row]).read_text().count('"v"') == len(common.HEADLINE_COLUMNS)
+
+
+TINY_CONFIG = """\
+trainer:
+  accelerator: cpu
+  devices: 1
+  max_steps: 4
+  val_check_interval: 2
+  check_val_every_n_epoch: null
+  logger: false
+model:
+  class_path: fccolit.algorithms.SOX
+  init_args:
+    model:
+      class_path: fccolit.models.LinearScorer
+    objective:
+      class_path: fccolit.objectives.AveragePrecisionSurrogate
+    ema_weight: 0.5
+    optimizer:
+      class_path: fccolit.optim.Momentum
+      init_args:
+        lr: 0.1
+    metrics: [ap]
+data:
+  class_path: fccolit.datamodules.SyntheticBinaryDataModule
+  init_args:
+    num_samples: 400
+    num_features: 4
+    pos_fraction: 0.2
+    batch_size: 32
+    num_positives: 8
+"""
+
+
+@pytest.mark.slow
+def test_config_sweeps_run_the_fccolit_sweep_command_on_selection_seeds_only(tmp_path):
+    """common.config_sweep (how a script chooses a config's knobs) is `fccolit sweep --sampler grid` over the plan's
+    selection seeds: every grid point once, a column per selection seed and none for a reported seed."""
+    (tmp_path / "tiny.yaml").write_text(TINY_CONFIG)
+    (tmp_path / "space.yaml").write_text("model.init_args.ema_weight: {type: categorical, choices: [0.1, 0.9]}\n")
+    plan = common.SeedPlan(reported=(0, 1), selection=(100,))
+    rows = common.config_sweep(tmp_path / "tiny.yaml", tmp_path / "space.yaml", plan, tmp_path / "study", "val/ap",
+                               ["--data.init_args.num_samples", "300"])
+    assert sorted(float(row["model.init_args.ema_weight"]) for row in rows) == [0.1, 0.9]
+    assert all(row["state"] == "COMPLETE" and float(row["value"]) == float(row["seed_100"]) for row in rows)
+    assert not any(key.startswith("seed_") and key != "seed_100" for key in rows[0])
+    config = (tmp_path / "study" / "trials" / "0" / "config.yaml").read_text()
+    assert "num_samples: 300" in config  # the fit arguments reached every run
+
+
+def test_the_movielens_budget_rule_is_chosen_by_fccolit_sweep():
+    """ranking_movielens.py's fine-tuning lr goes through common.config_sweep on its SEEDS' selection seeds (no
+    hand-written grid loop), over a space file that fccolit sweep reads as a grid."""
+    from fccolit.sweep import grid_space, read_space
+
+    module = importlib.import_module("ranking_movielens")
+    text = (REPRODUCE / "ranking_movielens.py").read_text()
+    call = text.split("C.config_sweep(")[1].split("jobs=")[0]
+    assert "LR_SPACE, plan," in " ".join(call.split())  # the SeedPlan, whose selection seeds are the only ones run
+    grid = grid_space(read_space(module.LR_SPACE), str(module.LR_SPACE))
+    assert list(grid) == [module.LR_KEY] and 4e-4 in grid[module.LR_KEY]  # the configs' own lr is on the grid
