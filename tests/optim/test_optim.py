@@ -634,3 +634,62 @@ def test_sparse_neumf_with_lazy_adam_touches_only_the_batch_rows():
         items = items[items >= 0].unique()
         moved = (modules[0].model.gmf_item.weight.detach() != before).any(1)
         assert moved.nonzero().flatten().tolist() == items.tolist()
+
+
+# ------------------------------------------------------------------------------------------ the fused Adam kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("bias_correction", [False, True])
+@pytest.mark.parametrize("decay", ["none", "coupled", "decoupled"])
+def test_fused_adam_step_equals_the_per_parameter_loop(dtype, bias_correction, decay, monkeypatch):
+    """fused=True (the default) takes torch's fused kernel for second_moment="adam" and computes the loop's update up
+    to rounding, with and without bias correction (t = inf in the kernel), with either weight decay, and with a
+    parameter that misses some steps (its own step count)."""
+    calls = []
+    kernel = torch._fused_adam_
+    monkeypatch.setattr(torch, "_fused_adam_", lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    gen = torch.Generator().manual_seed(3)
+    start = [torch.randn(s, generator=gen, dtype=dtype) for s in [(4, 3), (3,), (2,)]]
+    grads = [[torch.randn(s.shape, generator=gen, dtype=dtype) for s in start] for _ in range(12)]
+    kw = dict(lr=0.01, momentum_weight=0.2, second_moment_weight=0.01, bias_correction=bias_correction,
+              weight_decay=0.0 if decay == "none" else 0.05, decoupled_weight_decay=decay == "decoupled")
+    out = {}
+    for fused in (True, False):
+        params = [p.clone().requires_grad_() for p in start]
+        opt = AdaptiveMomentum(params, fused=fused, **kw)
+        for t, step in enumerate(grads):
+            for k, (p, g) in enumerate(zip(params, step)):
+                p.grad = None if (k == 2 and t % 3 == 0) else g.clone()  # the third skips every third step
+            opt.step()
+        out[fused] = ([p.detach() for p in params], [opt.state[p]["step"] for p in params],
+                      [opt.state[p]["momentum_decay_prod"] for p in params])
+    assert len(calls) == len(grads)  # every step of the fused optimizer went through the kernel
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-13)
+    for a, b in zip(out[True][0], out[False][0]):
+        torch.testing.assert_close(a, b, **tol)
+    assert out[True][1] == out[False][1] == [12, 12, 8] and out[True][2] == out[False][2]
+
+
+def test_fused_adam_leaves_for_the_loop_when_a_scheduler_changes_the_weights(monkeypatch):
+    """The kernel corrects by 1 − (1 − β)^t: once β1 changed, the running products differ and the loop (exact for
+    varying weights) takes the group; the other variants never take the kernel."""
+    calls = []
+    kernel = torch._fused_adam_
+    monkeypatch.setattr(torch, "_fused_adam_", lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    grads = _gradients(5, n=6)
+    out = {}
+    for fused in (True, False):
+        params = _params()
+        opt = AdaptiveMomentum(params, lr=0.01, bias_correction=True, fused=fused)
+        for t, step in enumerate(grads):
+            if t == 3:
+                opt.param_groups[0]["momentum_weight"] = 0.3
+            for p, g in zip(params, step):
+                p.grad = g.clone()
+            opt.step()
+        out[fused] = [p.detach() for p in params]
+    assert len(calls) == 3  # steps 1-3 fused, then the loop
+    for a, b in zip(out[True], out[False]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+    calls.clear()
+    _run(AdaptiveMomentum, grads, lr=0.01, second_moment="amsgrad")
+    assert not calls
