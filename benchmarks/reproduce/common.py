@@ -370,10 +370,13 @@ class Runner:
 
 
 def config_sweep(config: Path, space: Path, plan: SeedPlan, study_dir: Path, metric: str, fit_args: Sequence[str],
-                 jobs: int = 1, reduce: str = "best", direction: str = "maximize") -> list[dict[str, str]]:
+                 jobs: int = 1, reduce: str = "best", direction: str = "maximize",
+                 threads: int | None = None) -> list[dict[str, str]]:
     """Choose a config's knobs the way a user does: the ``fccolit sweep`` command (Optuna, ``--sampler grid``: every
     point of ``space`` once) on the plan's *selection* seeds, validation ``metric`` only; ``fit_args`` go to every
     ``fccolit fit``. The study lives in ``study_dir`` (a rerun resumes it: finished points are not run again).
+    ``threads``: each run's CPU threads (``OMP_NUM_THREADS``; by default the sweep shares the cores among its jobs,
+    which oversubscribes them when several sweeps run side by side).
     Returns the rows of its ``trials.csv`` (``number``, ``state``, ``value``, ``seed_<s>``, one column per key)."""
     import csv
     import subprocess
@@ -385,7 +388,8 @@ def config_sweep(config: Path, space: Path, plan: SeedPlan, study_dir: Path, met
                "--seeds", *map(str, plan.selection), "--study-dir", str(study_dir), "--jobs", str(jobs),
                "--", *fit_args]
     # the runs' relative paths (the configs' logger save_dir) land in the study folder
-    result = subprocess.run(command, cwd=study_dir, capture_output=True, text=True)
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    result = subprocess.run(command, cwd=study_dir, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise RuntimeError(f"fccolit sweep exited with {result.returncode}: {result.stderr[-2000:]}{result.stdout[-2000:]}")
     with (study_dir / "trials.csv").open() as file:
