@@ -48,8 +48,10 @@ ALGORITHMS = {
     "ADAP": ("ADAP (", "BCE, AdaptiveMomentum",
              "the AP surrogate's P × B pairs (64 × 256) and the per-index state update"),
     "PAUCRange inner": ("PAUCRange inner step", "BCE, SGD",
-                        "the proximal term ‖w − w_k‖²/(2μ) over every parameter and the running average of the "
-                        "iterates (one more parameter-sized pass per step): work in proportion to the parameters"),
+                        "the proximal move towards w_k and the running sum of the iterates (two fused "
+                        "parameter-sized passes in its optimizer step: the part that grows with the model) and a "
+                        "fixed ≈ 1.5 ms of ranked-range work (the thresholds' read and update, the loss's sort and "
+                        "backward)"),
     "SONEX": ("SONEX GDRO-CVaR", "BCE, Adam, 8 groups × 32",
               "the MSVR correction γ'(ĝ(w_t) − ĝ(w_{t−1})): one more (no-grad) forward pass of the batch, at "
               "w_{t−1}, plus what the γ'=0 row has"),

@@ -207,15 +207,18 @@ def threshold_report(module, datamodule) -> dict:
     return out
 
 
-def sweep_lr(budget: Budget, plan: C.SeedPlan, jobs: int) -> tuple[dict[str, float], dict[str, dict[float, float]]]:
+def sweep_lr(budget: Budget, plan: C.SeedPlan, jobs: int
+             ) -> tuple[dict[str, float], dict[str, dict[float, float]], float]:
     """The budget rule: ``fccolit sweep`` (grid :data:`LR_SPACE`) of the fine-tuning lr for each of :data:`LR_SWEPT`
     at this budget on the selection seed, validation NDCG@5 at its best validation (the checkpoint the test reads).
-    Returns the chosen lr of each swept method and ``"mean"`` (the best mean over them), and each method's value by
-    lr."""
+    Returns the chosen lr of each swept method and ``"mean"`` (the best mean over them), each method's value by lr,
+    and the seconds of the sweeps' runs."""
     from concurrent.futures import ThreadPoolExecutor
 
     # the data's sampling seed follows the (single) selection seed, as a reported run's follows its seed
     data_seed = ["--data.init_args.seed", str(plan.selection[0])] if len(plan.selection) == 1 else []
+
+    seconds = []
 
     def sweep(name: str) -> dict[float, float]:
         method = METHODS[name]
@@ -223,6 +226,7 @@ def sweep_lr(budget: Budget, plan: C.SeedPlan, jobs: int) -> tuple[dict[str, flo
                               CACHE / "sweeps" / f"{name}-{budget.num_batches}-batches", "val/ndcg@5",
                               [*budget.args(), *data_seed, *method.overrides], jobs=max(1, jobs // len(LR_SWEPT)),
                               threads=1)
+        seconds.extend(float(r["seconds"]) for r in rows if r["seconds"])
         return {float(r[LR_KEY]): float(r["value"]) for r in rows if r["state"] == "COMPLETE"}
 
     with ThreadPoolExecutor(len(LR_SWEPT)) as pool:  # the studies side by side, each its share of the workers
@@ -230,7 +234,7 @@ def sweep_lr(budget: Budget, plan: C.SeedPlan, jobs: int) -> tuple[dict[str, flo
     grid = sorted(set.intersection(*(set(v) for v in values.values())))
     chosen = {m: max(v, key=v.__getitem__) for m, v in values.items()}
     chosen["mean"] = max(grid, key=lambda lr: float(np.mean([values[m][lr] for m in LR_SWEPT])))
-    return chosen, values
+    return chosen, values, sum(seconds)
 
 
 def popularity() -> dict:
@@ -318,9 +322,10 @@ def main() -> None:
     pop = popularity()
     swept: dict[str, dict[float, float]] = {}
     chosen: dict[str, float] = {}
+    sweep_seconds = 0.0
     budgets = {m: budget for m in [*METHODS, "K-SONG variants"]}  # each method's budget (its fine-tuning lr)
     if not (args.quick or args.configs_lr):
-        chosen, swept = sweep_lr(budget, plan, args.workers)
+        chosen, swept, sweep_seconds = sweep_lr(budget, plan, args.workers)
         budgets = {m: dataclasses.replace(budget, lr=chosen[LR_FAMILY.get(m, "mean")]) for m in METHODS}
         budgets["K-SONG variants"] = budgets["K-SONG"]
     runner = C.Runner(run, workers=args.workers, cache=CACHE / "runs", key=job_key)
@@ -355,7 +360,8 @@ def main() -> None:
                   "NDCG@5 at its best validation (the checkpoint the test reads). Each family runs at its own "
                   f"method's best lr ({', '.join(f'{m}: {f}' for m, f in LR_FAMILY.items() if m != f)}); the "
                   "direct NDCG baselines at the best mean of the two. The warm-up, restart and lr schedule's shape "
-                  f"are the same for all. The studies: {CACHE / 'sweeps'}.", "",
+                  f"are the same for all. The studies: {CACHE / 'sweeps'} ({sum(len(v) for v in swept.values())} "
+                  f"runs, {sweep_seconds / 60:.1f} min, not in the compute above).", "",
                   "| fine-tuning lr | " + " | ".join(f"{m}: val NDCG@5" for m in LR_SWEPT) + " | mean |",
                   "|---:|" + "---:|" * (len(LR_SWEPT) + 1)]
         for lr in sorted(swept[LR_SWEPT[0]]):
