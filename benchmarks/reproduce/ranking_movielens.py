@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import sys
 import tempfile
@@ -139,11 +140,15 @@ class Budget:
 
 
 def job_key(job: tuple[tuple[Method, Budget], int]) -> str:
-    """A run's cache key: the setting, the seed and the content of the config it runs (an edited config reruns)."""
+    """A run's cache key: the setting, the seed and the content of the config it runs as parsed (an edited value
+    reruns; an edited comment does not)."""
     import hashlib
 
+    import yaml
+
     (method, budget), _ = job
-    return f"{job!r} {hashlib.sha256(budget.config(method).read_bytes()).hexdigest()}"
+    content = json.dumps(yaml.safe_load(budget.config(method).read_text()), sort_keys=True)
+    return f"{job!r} {hashlib.sha256(content.encode()).hexdigest()}"
 
 
 def run(job: tuple[Method, Budget], seed: int) -> dict:
@@ -207,34 +212,50 @@ def threshold_report(module, datamodule) -> dict:
     return out
 
 
-def sweep_lr(budget: Budget, plan: C.SeedPlan, jobs: int
-             ) -> tuple[dict[str, float], dict[str, dict[float, float]], float]:
+@dataclasses.dataclass
+class LrSweep:
+    """What :func:`sweep_lr` found: the chosen lr of each swept method and ``"mean"`` (the best mean over them), each
+    method's value by lr, the seconds of the sweeps' runs, and each run's validation NDCG@10 curve by (method, lr)."""
+
+    chosen: dict[str, float]
+    values: dict[str, dict[float, float]]
+    seconds: float
+    curves: dict[tuple[str, float], list[tuple[int, float]]]
+
+
+def sweep_lr(budget: Budget, plan: C.SeedPlan, jobs: int) -> LrSweep:
     """The budget rule: ``fccolit sweep`` (grid :data:`LR_SPACE`) of the fine-tuning lr for each of :data:`LR_SWEPT`
     at this budget on the selection seed, validation NDCG@5 at its best validation (the checkpoint the test reads).
-    Returns the chosen lr of each swept method and ``"mean"`` (the best mean over them), each method's value by lr,
-    and the seconds of the sweeps' runs."""
+    Returns an :class:`LrSweep`."""
     from concurrent.futures import ThreadPoolExecutor
 
     # the data's sampling seed follows the (single) selection seed, as a reported run's follows its seed
     data_seed = ["--data.init_args.seed", str(plan.selection[0])] if len(plan.selection) == 1 else []
 
-    seconds = []
+    seconds: list[float] = []
+    curves: dict[tuple[str, float], list[tuple[int, float]]] = {}
 
     def sweep(name: str) -> dict[float, float]:
         method = METHODS[name]
-        rows = C.config_sweep(budget.config(method), LR_SPACE, plan,
-                              CACHE / "sweeps" / f"{name}-{budget.num_batches}-batches", "val/ndcg@5",
+        study = CACHE / "sweeps" / f"{name}-{budget.num_batches}-batches"
+        rows = C.config_sweep(budget.config(method), LR_SPACE, plan, study, "val/ndcg@5",
                               [*budget.args(), *data_seed, *method.overrides], jobs=max(1, jobs // len(LR_SWEPT)),
                               threads=1)
         seconds.extend(float(r["seconds"]) for r in rows if r["seconds"])
-        return {float(r[LR_KEY]): float(r["value"]) for r in rows if r["state"] == "COMPLETE"}
+        complete = [r for r in rows if r["state"] == "COMPLETE"]
+        for r in complete:  # the first selection seed's learning curve (MetricHistory's lines)
+            history = study / "trials" / r["number"] / f"seed_{plan.selection[0]}" / "history.jsonl"
+            lines = [json.loads(line) for line in history.read_text().splitlines()]
+            curves[name, float(r[LR_KEY])] = [(line["step"], line["metrics"]["val/ndcg@10"]) for line in lines
+                                              if "val/ndcg@10" in line["metrics"]]
+        return {float(r[LR_KEY]): float(r["value"]) for r in complete}
 
     with ThreadPoolExecutor(len(LR_SWEPT)) as pool:  # the studies side by side, each its share of the workers
         values = dict(zip(LR_SWEPT, pool.map(sweep, LR_SWEPT)))
     grid = sorted(set.intersection(*(set(v) for v in values.values())))
     chosen = {m: max(v, key=v.__getitem__) for m, v in values.items()}
     chosen["mean"] = max(grid, key=lambda lr: float(np.mean([values[m][lr] for m in LR_SWEPT])))
-    return chosen, values, sum(seconds)
+    return LrSweep(chosen, values, sum(seconds), curves)
 
 
 def popularity() -> dict:
@@ -320,13 +341,11 @@ def main() -> None:
     name = "ranking_movielens_quick" if args.quick else "ranking_movielens"
     torch.set_num_threads(1)
     pop = popularity()
-    swept: dict[str, dict[float, float]] = {}
-    chosen: dict[str, float] = {}
-    sweep_seconds = 0.0
+    lr_sweep = None
     budgets = {m: budget for m in [*METHODS, "K-SONG variants"]}  # each method's budget (its fine-tuning lr)
     if not (args.quick or args.configs_lr):
-        chosen, swept, sweep_seconds = sweep_lr(budget, plan, args.workers)
-        budgets = {m: dataclasses.replace(budget, lr=chosen[LR_FAMILY.get(m, "mean")]) for m in METHODS}
+        lr_sweep = sweep_lr(budget, plan, args.workers)
+        budgets = {m: dataclasses.replace(budget, lr=lr_sweep.chosen[LR_FAMILY.get(m, "mean")]) for m in METHODS}
         budgets["K-SONG variants"] = budgets["K-SONG"]
     runner = C.Runner(run, workers=args.workers, cache=CACHE / "runs", key=job_key)
     jobs = [((m, budgets[name]), s) for s in seeds for name, m in methods.items()]
@@ -351,7 +370,8 @@ def main() -> None:
         + (f" Not run here: {', '.join(m for m in METHODS if m not in methods)} (`--methods`; NeuralNDCG's Sinkhorn "
            "over 310-item lists costs about 13 s a step on one CPU thread: a GPU run)." if len(methods) < len(METHODS)
            else ""))
-    if swept:
+    if lr_sweep is not None:
+        swept, chosen = lr_sweep.values, lr_sweep.chosen
         lines += [f"### The budget rule: the fine-tuning lr for {steps} steps (`fccolit sweep`, selection seed "
                   f"{plan.selection[0]})", "",
                   "The configs' fine-tuning lr (4e-4, × 0.25 after 60 epochs) was sized for MovieLens-20M's 75,740 "
@@ -361,7 +381,7 @@ def main() -> None:
                   f"method's best lr ({', '.join(f'{m}: {f}' for m, f in LR_FAMILY.items() if m != f)}); the "
                   "direct NDCG baselines at the best mean of the two. The warm-up, restart and lr schedule's shape "
                   f"are the same for all. The studies: {CACHE / 'sweeps'} ({sum(len(v) for v in swept.values())} "
-                  f"runs, {sweep_seconds / 60:.1f} min, not in the compute above).", "",
+                  f"runs, {lr_sweep.seconds / 60:.1f} min, not in the compute above).", "",
                   "| fine-tuning lr | " + " | ".join(f"{m}: val NDCG@5" for m in LR_SWEPT) + " | mean |",
                   "|---:|" + "---:|" * (len(LR_SWEPT) + 1)]
         for lr in sorted(swept[LR_SWEPT[0]]):
@@ -369,7 +389,14 @@ def main() -> None:
             mark = "".join(f" ({name}'s)" if name in LR_SWEPT else " (best mean)"
                            for name, best in chosen.items() if lr == best)
             lines.append(f"| {lr:g}{mark} | " + " | ".join(f"{v:.4f}" for v in row) + f" | {np.mean(row):.4f} |")
-        lines.append("")
+        configs_lr = min(swept[LR_SWEPT[0]])
+        lines += ["", f"Reading: at the configs' lr ({configs_lr:g}) the swept methods end near the popularity ranking "
+                  f"(validation NDCG@5 {', '.join(f'{m} {swept[m][configs_lr]:.4f}' for m in LR_SWEPT)}; popularity "
+                  f"{pop['val/ndcg@5']:.4f}): at {steps} steps that lr under-trains, which is why the previous run "
+                  "(all methods at 4e-4) did not separate the methods. "
+                  + (f"SONG's best lr is the grid's largest: a larger one may do better still, which would widen "
+                     "SONG's lead, not close it. " if chosen["SONG"] == max(swept["SONG"]) else "")
+                  + "The learning curves of every swept run are the plot's right panel.", ""]
     test = lambda runs, k, which="best": [r[which][f"test/ndcg@{k}"] for r in runs]  # noqa: E731
     claims = []
     for m in [m for m in PAPER if m in by]:
@@ -407,7 +434,8 @@ def main() -> None:
         return (f"| {label} | {t['visited']} / {t['users']} | {t['median']:.0f} | {t['q10']:.0f} – {t['q90']:.0f} | "
                 f"{train} | {t['within_k1']:.2f} | {t['within_2k']:.2f} | {r['best']['test/ndcg@10']:.4f} |")
 
-    lines += [f"### K-SONG's threshold λ at the end (K = 300) and one knob at a time (selection seed {plan.selection[0]})",
+    lines += [f"### K-SONG's threshold λ at the end (K = 300) and one knob at a time (selection seed {plan.selection[0]}, "
+              "K-SONG's budget lr)",
               "",
               "Items the final model scores above λ_q over the whole catalogue (9,724 items) for the visited users: "
               "λ_q estimates the top-K threshold from the sampled list (10 rated + 300 unrated items, weighted to the "
@@ -415,13 +443,26 @@ def main() -> None:
               "| K-SONG | users visited | items above λ (median, eval mode) | 10%–90% | the same with dropout on: median "
               "(10%–90%) | share with ≤ K+1 above | share with ≤ 2K above | test NDCG@10 |",
               "|---|---:|---:|---:|---:|---:|---:|---:|",
-              threshold_row(f"shipped config, reported seed {seeds[0]}", by["K-SONG"][0])]
+              threshold_row(f"shipped config at the budget's lr, reported seed {seeds[0]}", by["K-SONG"][0])]
     for label, v in variants.items():
         lines.append(threshold_row(label, results[(v, budgets["K-SONG variants"]), plan.selection[0]]))
+    fast = next((label for label in variants if "η0 = 0.08" in label), None)
+    if "shipped config" in variants and fast is not None:
+        t0, t1 = (results[(variants[label], budgets["K-SONG variants"]), plan.selection[0]]["threshold"]
+                  for label in ("shipped config", fast))
+        lines += ["", f"Reading: λ_q moves only when its user is in a batch. At the config's η0 = 0.01 the items above "
+                  f"λ spread over {t0['q10']:.0f}–{t0['q90']:.0f} (10%–90%; {t0['within_2k']:.0%} within 2K); at its "
+                  f"stability bound η0 = 0.08, over {t1['q10']:.0f}–{t1['q90']:.0f} ({t1['within_2k']:.0%} within 2K). "
+                  "Eval and train mode (dropout) give the same counts, so λ's step size, not dropout, is why λ strays "
+                  f"from K. Test NDCG@10: {results[(variants['shipped config'], budgets['K-SONG variants']), plan.selection[0]]['best']['test/ndcg@10']:.4f} "
+                  f"at η0 = 0.01, {results[(variants[fast], budgets['K-SONG variants']), plan.selection[0]]['best']['test/ndcg@10']:.4f} at "
+                  "0.08 (one selection seed)."]
     lines.append("")
 
     def draw(plt):
-        fig, ax = plt.subplots(figsize=(7, 4))
+        panels = 2 if lr_sweep is not None else 1
+        fig, axes = plt.subplots(1, panels, figsize=(7 * panels, 4), squeeze=False)
+        ax = axes[0, 0]
         for m, runs in by.items():
             xs = [s for s, _ in runs[0]["curve"]]
             ys = np.mean([[v for _, v in r["curve"]] for r in runs], axis=0)
@@ -429,7 +470,17 @@ def main() -> None:
         ax.axhline(pop["val/ndcg@10"], color="grey", ls="--", label="popularity")
         ax.set_xlabel("step")
         ax.set_ylabel("validation NDCG@10 (mean over seeds)")
+        ax.set_title("reported seeds, each method at its budget's lr")
         ax.legend()
+        if lr_sweep is not None:
+            right = axes[0, 1]
+            for (m, lr), curve in sorted(lr_sweep.curves.items()):
+                right.plot(*zip(*curve), marker="o", ms=3, ls="-" if m == "SONG" else "--", label=f"{m}, lr {lr:g}")
+            right.axhline(pop["val/ndcg@10"], color="grey", ls=":", label="popularity")
+            right.set_xlabel("step")
+            right.set_ylabel("validation NDCG@10")
+            right.set_title(f"the lr sweep (selection seed {plan.selection[0]})")
+            right.legend(fontsize=8)
         return fig
 
     lines += ["Validation NDCG@10 against steps:", "", C.save_plot(name, draw)]
