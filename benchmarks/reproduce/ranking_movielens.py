@@ -87,6 +87,8 @@ METHODS = {
     "LambdaRank": Method("LambdaRank", "lambdarank.yaml"),
     "ApproxNDCG": Method("ApproxNDCG", "approxndcg.yaml"),
     "NeuralNDCG": Method("NeuralNDCG", "neuralndcg.yaml"),
+    # LibAUC's SONG at the same budget (the shipped protocol against LibAUC's method; libauc_song.py)
+    "LibAUC SONG": Method("LibAUC SONG", "benchmarks/reproduce/configs/movielens_libauc_song.yaml"),
 }
 #: the paper's methods; every other entry of METHODS is a baseline they are claimed to beat
 OURS = ("SONG", "K-SONG")
@@ -108,7 +110,7 @@ LR_KEY = "model.init_args.optimizer.init_args.lr"
 #: the methods the lr is swept for, one of each family (the FCCO estimator, listwise cross-entropy), and the methods
 #: that take each one's lr (its family); a method of neither family takes the lr with the best mean of the two
 LR_SWEPT = ("SONG", "SOLC")
-LR_FAMILY = {"SONG": "SONG", "K-SONG": "SONG", "SOLC": "SOLC", "ListNet": "SOLC"}
+LR_FAMILY = {"SONG": "SONG", "K-SONG": "SONG", "LibAUC SONG": "SONG", "SOLC": "SOLC", "ListNet": "SOLC"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +138,9 @@ class Budget:
                 "--trainer.enable_model_summary", "false", *([f"--{LR_KEY}", repr(self.lr)] if self.lr else [])]
 
     def config(self, method: Method) -> Path:
-        return C.REPO / "configs" / self.config_dir / method.config
+        """A method's config: a file of ``configs/<config_dir>/``, or a path from the repository root."""
+        path = Path(method.config)
+        return C.REPO / path if len(path.parts) > 1 else C.REPO / "configs" / self.config_dir / path
 
 
 def job_key(job: tuple[tuple[Method, Budget], int]) -> str:
