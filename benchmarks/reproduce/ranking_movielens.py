@@ -401,7 +401,7 @@ def main() -> None:
                   f"(validation NDCG@5 {', '.join(f'{m} {swept[m][configs_lr]:.4f}' for m in LR_SWEPT)}; popularity "
                   f"{pop['val/ndcg@5']:.4f}): at {steps} steps that lr under-trains, which is why the previous run "
                   "(all methods at 4e-4) did not separate the methods. "
-                  + (f"SONG's best lr is the grid's largest: a larger one may do better still, which would widen "
+                  + ("SONG's best lr is the grid's largest: a larger one may do better still, which would widen "
                      "SONG's lead, not close it. " if chosen["SONG"] == max(swept["SONG"]) else "")
                   + "The learning curves of every swept run are the plot's right panel.", ""]
     test = lambda runs, k, which="best": [r[which][f"test/ndcg@{k}"] for r in runs]  # noqa: E731
