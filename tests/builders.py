@@ -396,3 +396,42 @@ def model_overrides(model_init_args: dict[str, Any], root: Path) -> list[str]:
         folder = write_tiny_clip(root / "tiny_clip", image_size=32, patch_size=16)
         return ["--model.init_args.model.init_args.pretrained_path", str(folder)]
     return []
+
+
+#: a config that trains in a fraction of a second (6 steps of a linear model on 600 generated rows, validated at steps
+#: 3 and 6): what `fccolit sweep` tests tune
+SWEEP_CONFIG = """\
+seed_everything: 0
+trainer:
+  accelerator: cpu
+  devices: 1
+  max_steps: 6
+  val_check_interval: 3
+  check_val_every_n_epoch: null
+  logger: false
+model:
+  class_path: fccolit.algorithms.SOX
+  init_args:
+    model:
+      class_path: fccolit.models.LinearScorer
+    objective:
+      class_path: fccolit.objectives.AveragePrecisionSurrogate
+      init_args:
+        surrogate: squared_hinge
+        margin: 0.5
+    ema_weight: 0.5
+    optimizer:
+      class_path: fccolit.optim.Momentum
+      init_args:
+        lr: 0.1
+        momentum_weight: 0.1
+    metrics: [ap, auroc]
+data:
+  class_path: fccolit.datamodules.SyntheticBinaryDataModule
+  init_args:
+    num_samples: 600
+    num_features: 5
+    pos_fraction: 0.2
+    batch_size: 32
+    num_positives: 8
+"""

@@ -14,6 +14,7 @@ REPRODUCE = Path(__file__).resolve().parents[2] / "benchmarks" / "reproduce"
 sys.path.insert(0, str(REPRODUCE))
 
 import common  # noqa: E402
+from builders import SWEEP_CONFIG  # noqa: E402
 
 #: the scripts that produce a results file (common / collect / pauc_common / libauc_song are shared code)
 SHARED = {"common", "collect", "pauc_common", "libauc_song"}
@@ -114,43 +115,13 @@ def test_headline_rows_need_every_column(tmp_path, monkeypatch):
     assert common.write_headlines("x", [row]).read_text().count('"v"') == len(common.HEADLINE_COLUMNS)
 
 
-TINY_CONFIG = """\
-trainer:
-  accelerator: cpu
-  devices: 1
-  max_steps: 4
-  val_check_interval: 2
-  check_val_every_n_epoch: null
-  logger: false
-model:
-  class_path: fccolit.algorithms.SOX
-  init_args:
-    model:
-      class_path: fccolit.models.LinearScorer
-    objective:
-      class_path: fccolit.objectives.AveragePrecisionSurrogate
-    ema_weight: 0.5
-    optimizer:
-      class_path: fccolit.optim.Momentum
-      init_args:
-        lr: 0.1
-    metrics: [ap]
-data:
-  class_path: fccolit.datamodules.SyntheticBinaryDataModule
-  init_args:
-    num_samples: 400
-    num_features: 4
-    pos_fraction: 0.2
-    batch_size: 32
-    num_positives: 8
-"""
 
 
 @pytest.mark.slow
 def test_config_sweeps_run_the_fccolit_sweep_command_on_selection_seeds_only(tmp_path):
     """common.config_sweep (how a script chooses a config's knobs) is `fccolit sweep --sampler grid` over the plan's
     selection seeds: every grid point once, a column per selection seed and none for a reported seed."""
-    (tmp_path / "tiny.yaml").write_text(TINY_CONFIG)
+    (tmp_path / "tiny.yaml").write_text(SWEEP_CONFIG)
     (tmp_path / "space.yaml").write_text("model.init_args.ema_weight: {type: categorical, choices: [0.1, 0.9]}\n")
     plan = common.SeedPlan(reported=(0, 1), selection=(100,))
     rows = common.config_sweep(tmp_path / "tiny.yaml", tmp_path / "space.yaml", plan, tmp_path / "study", "val/ap",

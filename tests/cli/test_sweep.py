@@ -19,43 +19,10 @@ from types import SimpleNamespace
 import optuna
 import pytest
 import yaml
+from builders import SWEEP_CONFIG
 
 EXE = Path(sys.executable).with_name("fccolit")
-CONFIG = """\
-seed_everything: 0
-trainer:
-  accelerator: cpu
-  devices: 1
-  max_steps: 6
-  val_check_interval: 3
-  check_val_every_n_epoch: null
-  logger: false
-model:
-  class_path: fccolit.algorithms.SOX
-  init_args:
-    model:
-      class_path: fccolit.models.LinearScorer
-    objective:
-      class_path: fccolit.objectives.AveragePrecisionSurrogate
-      init_args:
-        surrogate: squared_hinge
-        margin: 0.5
-    ema_weight: 0.5
-    optimizer:
-      class_path: fccolit.optim.Momentum
-      init_args:
-        lr: 0.1
-        momentum_weight: 0.1
-    metrics: [ap, auroc]
-data:
-  class_path: fccolit.datamodules.SyntheticBinaryDataModule
-  init_args:
-    num_samples: 600
-    num_features: 5
-    pos_fraction: 0.2
-    batch_size: 32
-    num_positives: 8
-"""
+CONFIG = SWEEP_CONFIG
 SPACE = """\
 model.init_args.optimizer.init_args.lr: {type: float, low: 1e-3, high: 1.0, log: true}
 model.init_args.ema_weight: {type: categorical, choices: [0.1, 0.5, 0.9]}
