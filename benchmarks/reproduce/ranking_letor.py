@@ -23,6 +23,9 @@ Protocol ([budget]: scaled to fit this CPU; [data]: not the paper's data; [open]
   ApproxNDCG and NeuralNDCG (the paper's direct NDCG baselines, Table 5) are the second stage trained by
   ``MiniBatchRanking`` on their loss, from ``configs/mslr/{lambdarank,approxndcg,neuralndcg}.yaml`` (same warm-up
   and schedule; the losses' options at allRank's defaults, untuned).
+* LibAUC's SONG (``libauc_song.py``, ``configs/mslr_libauc_song.yaml``): LibAUC 2.0.1's ``NDCGLoss`` and ``SONG``
+  optimizer as the second stage after the same warm-up, at the configs' lr and γ0 (not tuned for LibAUC); the slates
+  are put in LibAUC's layout (relevant documents in its first P columns, repeated when fewer, as its sampler does).
 * verdicts: :func:`common.paired_verdict` on the per-seed paired test NDCG differences of the reported seeds
   (``SEEDS``; nothing is tuned here: every setting is the shipped configs').
 * selection: test NDCG@{1, 3, 5} at the checkpoint with the best validation NDCG@5 (the configs' ModelCheckpoint).
@@ -65,6 +68,8 @@ METHODS = {
     "LambdaRank": R.Method("LambdaRank", "lambdarank.yaml"),
     "ApproxNDCG": R.Method("ApproxNDCG", "approxndcg.yaml"),
     "NeuralNDCG": R.Method("NeuralNDCG", "neuralndcg.yaml"),
+    # LibAUC's SONG at the same budget (the shipped protocol against LibAUC's method; libauc_song.py, layout "lists")
+    "LibAUC SONG": R.Method("LibAUC SONG", "benchmarks/reproduce/configs/mslr_libauc_song.yaml"),
 }
 SEEDS = C.SeedPlan(reported=(0, 1, 2), selection=(100,))
 
@@ -145,6 +150,8 @@ def main() -> None:
 
     lines += ["### Orderings, paired over the reported seeds (the paper: SONG and K-SONG ahead of every baseline "
               "at every k, Table 5)", "", *C.verdict_table(R.ordering_claims(by, CUTOFFS), "test NDCG"), ""]
+    if "LibAUC SONG" in by:
+        lines += [R.libauc_note("the configs' 1e-3"), ""]
     if not args.quick:
         C.write_headlines(name, [R.headline(by, 3, "SONG and K-SONG rank better than every baseline (Qiu et al. ICML "
                                             "2022, Table 5)", f"LightGBM's LETOR sample, {len(seeds)}",

@@ -308,6 +308,16 @@ def headline(by: dict[str, list[dict]], k: int, claim: str, data: str, paper: st
             "verdict": "; ".join(f"{verdict}: {', '.join(labels)}" for verdict, labels in tally.items())}
 
 
+def libauc_note(lr: str) -> str:
+    """What the LibAUC SONG rows of a ranking table are, and how LibAUC's SONG differs from ours (``lr``: the lr
+    both ran at)."""
+    return ("The LibAUC SONG rows are not a claim of the paper: they pair the shipped protocol with LibAUC's method "
+            f"(its `NDCGLoss` and `SONG` optimizer, `libauc_song.py`) at the same budget, warm-up and lr ({lr}; "
+            "LibAUC's own lr was not swept). The implementations differ in how u is read (LibAUC: after its update, "
+            "from u = 0 on a pair's first visit), in LibAUC's per-user weights (num_pos_items / ideal_dcg) and its "
+            "gradient clipping at ±1.")
+
+
 def ordering_claims(by: dict[str, list[dict]], ks: tuple[int, ...], fixed: dict[str, float] | None = None
                     ) -> list[tuple[str, C.Paired]]:
     """The paper's claims "SONG / K-SONG beat every baseline" at each cutoff, as :func:`common.paired_verdict`
@@ -419,11 +429,7 @@ def main() -> None:
               "ranking's per-user spread), a sampling error the seeds' interval does not hold.", "",
               *C.verdict_table(ordering_claims(by, (10, 20), {"popularity": pop_by_k}), "test NDCG"), ""]
     if "LibAUC SONG" in by:
-        lines += ["The LibAUC SONG rows are not a claim of the paper: they pair the shipped protocol with LibAUC's "
-                  "method (its `NDCGLoss` and `SONG` optimizer, `libauc_song.py`) at the same budget, warm-up and lr "
-                  "(SONG's budget lr; LibAUC's own lr was not swept). The implementations differ in how u is read "
-                  "(LibAUC: after its update, from u = 0 on a pair's first visit), in LibAUC's per-user weights "
-                  "(num_pos_items / ideal_dcg) and its gradient clipping at ±1.", ""]
+        lines += [libauc_note("SONG's budget lr"), ""]
     if not args.quick:
         C.write_headlines(name, [headline(by, 10, "the same on recommendation (Table 6)",
                                           f"MovieLens ml-latest-small, {len(seeds)}",
