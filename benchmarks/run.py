@@ -17,6 +17,7 @@ Runs, each writing its ``benchmarks/results/<name>.md``, then assembles ``benchm
   data path (when installed);
 * ``step_overhead.py``: ADAP, PAUCRange, SONEX (with / without MSVR) and SOX step versus plain step over MLP widths
   128 … 2048 (Lightning, table and plot); ``song_step.py``: SONG / K-SONG / SOLC (raw, at MovieLens-20M table sizes);
+* ``neuralndcg_step.py``: NeuralNDCG's loss step against the plain autograd of its Sinkhorn loop;
 * ``health_overhead.py``: the same run with and without the ``TrainingHealth`` callback, side by side (its per-step
   cost);
 * ``feature_scaling.py``: what standardizing a user's feature columns costs the HF DataModules (building, batches);
@@ -113,6 +114,8 @@ def main() -> None:
             sub(["benchmarks/step_overhead.py", *quick, "--write"])
         if "song_step" not in args.skip:
             sub(["benchmarks/song_step.py", *quick])
+        if "neuralndcg_step" not in args.skip:  # NeuralNDCG's vector-form Sinkhorn against plain autograd
+            sub(["benchmarks/neuralndcg_step.py", *quick])
         if "health_overhead" not in args.skip:  # the TrainingHealth callback's per-step cost, with / without it
             sub(["benchmarks/health_overhead.py", *quick])
         if "feature_scaling" not in args.skip:  # the HF DataModules' feature statistics and scaled batches

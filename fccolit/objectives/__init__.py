@@ -12,11 +12,13 @@ from fccolit.objectives.nonsmooth import (
 )
 from fccolit.objectives.pauc import PartialAUCRangeSurrogate, RankedRangeObjective, SumOfRankedRangeLoss
 from fccolit.objectives.pnorm_push import PNormPushLoss
-from fccolit.objectives.ranking_losses import ApproxNDCGLoss, LambdaRankLoss, ListwiseRankingLoss, NeuralNDCGLoss
+from fccolit.objectives.ranking_losses import (
+    ApproxNDCGLoss, LambdaRankLoss, ListNetLoss, ListwiseRankingLoss, NeuralNDCGLoss,
+)
 
 __all__ = ["FCCOObjective", "InnerBatch", "AveragePrecisionSurrogate", "ListwiseCELoss", "NCALoss", "PNormPushLoss",
            "CompositeObjective", "Hinge", "SmoothedHinge", "SquaredHinge", "GapPenalty", "make_penalty",
            "GroupDROCVaRLoss", "ConstrainedObjective", "ROCFairnessAUCObjective", "ContinualLearningObjective",
            "PartialAUCRangeSurrogate", "RankedRangeObjective", "SumOfRankedRangeLoss",
            "NDCGSurrogate", "TopKNDCGSurrogate", "SOLCListwiseCELoss", "ListwiseRankingLoss", "LambdaRankLoss",
-           "ApproxNDCGLoss", "NeuralNDCGLoss"]
+           "ApproxNDCGLoss", "ListNetLoss", "NeuralNDCGLoss"]

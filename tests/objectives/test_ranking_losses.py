@@ -1,4 +1,4 @@
-"""LambdaRank, ApproxNDCG and NeuralNDCG (fccolit/objectives/ranking_losses.py) against brute-force implementations
+"""LambdaRank, ApproxNDCG, NeuralNDCG and ListNet (fccolit/objectives/ranking_losses.py) against brute-force implementations
 of their papers' formulas, written here with plain loops over pairs and positions (math / numpy), in float64.
 
 Random slates with tied labels, tied scores, padding in the middle of a list and an all-zero slate. Beyond the
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from fccolit.objectives import ApproxNDCGLoss, LambdaRankLoss, ListwiseRankingLoss, NeuralNDCGLoss
+from fccolit.objectives import ApproxNDCGLoss, LambdaRankLoss, ListNetLoss, ListwiseRankingLoss, NeuralNDCGLoss
 from fccolit.objectives.ranking_losses import neural_sort, sinkhorn_scaling
 
 B, L = 6, 7
@@ -155,7 +155,19 @@ def brute_neural_ndcg(scores, relevance, mask, tau=1.0, k=None, max_iter=50, tol
     return sum(values) / len(values)
 
 
+def brute_listnet(scores, relevance, mask):
+    """Cao et al.'s top-one cross-entropy: −Σ_i P_y(i) log P_s(i), P_x(i) = e^{x_i} / Σ_j e^{x_j}, per slate."""
+    values = []
+    for _, s, y in slate_lists(scores, relevance, mask):
+        if ideal_dcg([gain(v) for v in y]) == 0:
+            continue
+        target = [math.exp(v) / sum(math.exp(w) for w in y) for v in y]
+        values.append(-sum(t * math.log(math.exp(v) / sum(math.exp(w) for w in s)) for t, v in zip(target, s)))
+    return sum(values) / len(values)
+
+
 LOSSES = {
+    "listnet": (ListNetLoss, brute_listnet),
     "lambdarank": (lambda: LambdaRankLoss(slope=1.3), lambda s, y, m: brute_lambdarank(s, y, m, 1.3)[0]),
     "approxndcg": (lambda: ApproxNDCGLoss(slope=2.0), lambda s, y, m: brute_approx_ndcg(s, y, m, 2.0)),
     "neuralndcg": (lambda: NeuralNDCGLoss(temperature=0.7), lambda s, y, m: brute_neural_ndcg(s, y, m, 0.7)),
@@ -270,6 +282,7 @@ def test_sinkhorn_gradcheck():
 
 
 GRADCHECKED = {
+    "listnet": ListNetLoss(),
     "lambdarank": LambdaRankLoss(slope=1.3),
     "approxndcg": ApproxNDCGLoss(slope=2.0),
     "neuralndcg": NeuralNDCGLoss(temperature=0.7, sinkhorn_iterations=10, sinkhorn_tolerance=0.0),
@@ -369,7 +382,7 @@ def test_linear_gain_uses_the_labels_as_gains():
 
 
 # ----------------------------------------------------------------------------- training through MiniBatchRanking
-@pytest.mark.parametrize("name", ["lambdarank", "approxndcg", "neuralndcg"])
+@pytest.mark.parametrize("name", ["lambdarank", "approxndcg", "neuralndcg", "listnet"])
 def test_a_few_steps_of_minibatch_ranking_lower_the_loss(name, tmp_path):
     from lightning.pytorch import Trainer, seed_everything
 
