@@ -17,11 +17,12 @@ Protocol ([open]: the paper leaves it open; [budget]: scaled to fit this CPU; [d
   ``num_negatives`` 300 (the authors' scripts; the paper says 1000) [budget], and validation every 10 epochs.
   Every method has the same warm-up, restart and schedule (the paper's §7.1: "For all methods, we first
   pre-train"): 20 epochs of SOLC, the last layer re-initialized, then 120 epochs of the method with the same lr and
-  decay. ListNet is the second stage with γ0 = 1 (mini-batch listwise cross-entropy) and SOLC with γ0 = 0.1, both
-  from ``configs/movielens/listwise_ce.yaml`` (song.yaml with only the second stage's algorithm changed);
-  LambdaRank, ApproxNDCG and NeuralNDCG (the paper's direct NDCG baselines, Table 6) are the second stage trained by
-  ``MiniBatchRanking`` on their loss, from ``configs/movielens/{lambdarank,approxndcg,neuralndcg}.yaml`` (same
-  warm-up and schedule; the losses' options at allRank's defaults, untuned).
+  decay. The listwise cross-entropy of the warm-up (γ0 = 1: mini-batch, LibAUC's "ListNet", which ignores the
+  grades) and SOLC (γ0 = 0.1) are the second stage from ``configs/movielens/listwise_ce.yaml`` (song.yaml with only
+  the second stage's algorithm changed); ListNet (allRank's: softmax of the ratings as the target), LambdaRank,
+  ApproxNDCG and NeuralNDCG (the paper's baselines, Table 6) are the second stage trained by ``MiniBatchRanking`` on
+  their loss, from ``configs/movielens/{listnet,lambdarank,approxndcg,neuralndcg}.yaml`` (same warm-up and schedule;
+  the losses' options at allRank's defaults, untuned).
 * the budget rule [budget]: the configs' fine-tuning lr (4e-4, × 0.25 after 60 epochs) was sized for MovieLens-20M's
   75,740 steps. For the budget run here it is chosen the way a user does on their own data: ``fccolit sweep
   --sampler grid`` over ``spaces/movielens_lr.yaml`` (4e-4, 1e-3, 2.5e-3) for SONG and for SOLC (one method of each
@@ -81,8 +82,11 @@ class Method:
     overrides: tuple[str, ...] = ()
 
 
+#: SONG's warm-up loss run alone (SOLC with γ0 = 1): LibAUC's "ListNet", binary over the relevant items
+LISTWISE_CE = "listwise CE (γ0 = 1)"
 METHODS = {
-    "ListNet": Method("ListNet", "listwise_ce.yaml"),
+    "ListNet": Method("ListNet", "listnet.yaml"),
+    LISTWISE_CE: Method(LISTWISE_CE, "listwise_ce.yaml"),
     "SOLC": Method("SOLC", "listwise_ce.yaml", ("--model.init_args.ema_weight", "0.1")),
     "SONG": Method("SONG", "song.yaml"),
     "K-SONG": Method("K-SONG", "ksong.yaml"),
@@ -112,7 +116,7 @@ LR_KEY = "model.init_args.optimizer.init_args.lr"
 #: the methods the lr is swept for, one of each family (the FCCO estimator, listwise cross-entropy), and the methods
 #: that take each one's lr (its family); a method of neither family takes the lr with the best mean of the two
 LR_SWEPT = ("SONG", "SOLC")
-LR_FAMILY = {"SONG": "SONG", "K-SONG": "SONG", "LibAUC SONG": "SONG", "SOLC": "SOLC", "ListNet": "SOLC"}
+LR_FAMILY = {"SONG": "SONG", "K-SONG": "SONG", "LibAUC SONG": "SONG", "SOLC": "SOLC", LISTWISE_CE: "SOLC"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -396,7 +400,7 @@ def main() -> None:
                   f"`{LR_SPACE.relative_to(C.REPO)}` for {' and '.join(LR_SWEPT)} (one of each family), validation "
                   "NDCG@5 at its best validation (the checkpoint the test reads). Each family runs at its own "
                   f"method's best lr ({', '.join(f'{m}: {f}' for m, f in LR_FAMILY.items() if m != f)}); the "
-                  "direct NDCG baselines at the best mean of the two. The warm-up, restart and lr schedule's shape "
+                  "plain-loss baselines at the best mean of the two. The warm-up, restart and lr schedule's shape "
                   f"are the same for all. The studies: {CACHE / 'sweeps'} ({sum(len(v) for v in swept.values())} "
                   f"runs, {lr_sweep.seconds / 60:.1f} min, not in the compute above).", "",
                   "| fine-tuning lr | " + " | ".join(f"{m}: val NDCG@5" for m in LR_SWEPT) + " | mean |",
