@@ -432,6 +432,12 @@ def _times_p(x: Tensor, p0: Tensor) -> Tensor:
     return torch.bmm(x.unsqueeze(1), p0).squeeze(1)
 
 
+def _divided_back(grad: Tensor, quotient: Tensor, divisor: Tensor, through: Tensor) -> tuple[Tensor, Tensor]:
+    """The backward of ``quotient = dividend / divisor``: the gradients of the dividend and of the divisor (0 where
+    no derivative goes through it, :func:`_clamped_sums`)."""
+    return grad / divisor, torch.where(through, -grad * quotient / divisor, 0.0)
+
+
 class _SinkhornScaling(torch.autograd.Function):
     """Sinkhorn scaling as scaling vectors: every iterate is ``P_t = diag(u_t) P_0 diag(v_t)``.
 
@@ -483,16 +489,16 @@ class _SinkhornScaling(torch.autograd.Function):
         left: list[Tensor] = []  # P0's gradient through the sums: Σ_k left_k right_kᵀ
         right: list[Tensor] = []
         for u_before, v_before, v, u, p0_t_u, p0_v, c, r, c_through, r_through in reversed(ctx.steps):
-            # u = u_before / r, r = u_before ⊙ P0 v
-            dr = torch.where(r_through, -du * u / r, 0.0)
-            du = du / r + dr * p0_v
+            # u = u_before / r with r = u_before ⊙ P0 v: dr goes to u_before, to v (P0ᵀ) and to P0 (an outer product)
+            du, dr = _divided_back(du, u, r, r_through)
+            du = du + dr * p0_v
             a = dr * u_before
             dv = dv + _times_p(a, p0)
             left.append(a)
             right.append(v)
-            # v = v_before / c, c = v_before ⊙ P0ᵀ u_before
-            dc = torch.where(c_through, -dv * v / c, 0.0)
-            dv = dv / c + dc * p0_t_u
+            # v = v_before / c with c = v_before ⊙ P0ᵀ u_before: the same, transposed
+            dv, dc = _divided_back(dv, v, c, c_through)
+            dv = dv + dc * p0_t_u
             b = dc * v_before
             du = du + _p_times(p0, b)
             left.append(u_before)
