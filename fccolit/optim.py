@@ -407,7 +407,9 @@ class AdaptiveMomentum(_CheckedOptimizer):
                 steps.append(float(state["step"]) if group["bias_correction"] else math.inf)
             if wd != 0.0 and decoupled:
                 torch._foreach_mul_(ps, 1.0 - lr * wd)
-            step_tensors = [torch.tensor(t, dtype=torch.float32, device=device) for t in steps]
+            # the kernel only reads the steps: one tensor per distinct value (the parameters of a group usually share it)
+            shared = {t: torch.tensor(t, dtype=torch.float32, device=device) for t in set(steps)}
+            step_tensors = [shared[t] for t in steps]
             torch._fused_adam_(ps, [p.grad for p in ps], [self.state[p]["exp_avg"] for p in ps],
                                [self.state[p]["second_moment"] for p in ps], [], step_tensors, lr=lr, beta1=beta1,
                                beta2=beta2, weight_decay=0.0 if decoupled else wd, eps=float(group["eps"]),
