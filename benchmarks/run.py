@@ -18,6 +18,7 @@ Runs, each writing its ``benchmarks/results/<name>.md``, then assembles ``benchm
 * ``step_overhead.py``: ADAP, PAUCRange, SONEX (with / without MSVR) and SOX step versus plain step over MLP widths
   128 … 2048 (Lightning, table and plot); ``song_step.py``: SONG / K-SONG / SOLC (raw, at MovieLens-20M table sizes);
 * ``neuralndcg_step.py``: NeuralNDCG's loss step against the plain autograd of its Sinkhorn loop;
+* ``finite_check.py``: the finite check before each optimizer step against the inf-norm check it replaced;
 * ``health_overhead.py``: the same run with and without the ``TrainingHealth`` callback, side by side (its per-step
   cost);
 * ``feature_scaling.py``: what standardizing a user's feature columns costs the HF DataModules (building, batches);
@@ -116,6 +117,8 @@ def main() -> None:
             sub(["benchmarks/song_step.py", *quick])
         if "neuralndcg_step" not in args.skip:  # NeuralNDCG's vector-form Sinkhorn against plain autograd
             sub(["benchmarks/neuralndcg_step.py", *quick])
+        if "finite_check" not in args.skip:  # the per-step finite check, a sum against the old inf-norm
+            sub(["benchmarks/finite_check.py", *(["--repeats", "5"] if args.quick else [])])
         if "health_overhead" not in args.skip:  # the TrainingHealth callback's per-step cost, with / without it
             sub(["benchmarks/health_overhead.py", *quick])
         if "feature_scaling" not in args.skip:  # the HF DataModules' feature statistics and scaled batches

@@ -349,7 +349,7 @@ def main() -> None:
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "fccolit-ranking-movielens"))
     ap.add_argument("--methods", nargs="*", choices=list(METHODS), default=None,
                     help="a subset of the methods (default: all; NeuralNDCG's Sinkhorn sort over 310-item lists costs "
-                         "about 2.7 s a step on one CPU thread, 25 min a run)")
+                         "about 2.6 s a step on one CPU thread, benchmarks/results/neuralndcg_step.md: 25 min a run)")
     ap.add_argument("--variants", nargs="*", choices=list(KSONG_VARIANTS), default=None,
                     help="a subset of the K-SONG variants (default: all)")
     ap.add_argument("--configs-lr", action="store_true",

@@ -1,6 +1,7 @@
-"""The MovieLens table's LibAUC row (benchmarks/reproduce/libauc_song.py and its config) runs as the other rows do:
-``fccolit fit`` on the config, here on generated ratings in the MovieLens format, through the warm-up into LibAUC's
-SONG, and LibAUC's loss is the one that trains the second stage."""
+"""The ranking tables' LibAUC rows (benchmarks/reproduce/libauc_song.py and its two configs) run as the other rows
+do: ``fccolit fit`` on the config, on generated files in the MovieLens and MSLR formats, through the warm-up into
+LibAUC's SONG, and LibAUC's loss is the one that trains the second stage. (The LETOR layout itself, which needs no
+LibAUC, is tested in test_libauc_list_layout.py.)"""
 
 from __future__ import annotations
 

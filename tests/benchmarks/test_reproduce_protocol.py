@@ -115,8 +115,6 @@ def test_headline_rows_need_every_column(tmp_path, monkeypatch):
     assert common.write_headlines("x", [row]).read_text().count('"v"') == len(common.HEADLINE_COLUMNS)
 
 
-
-
 @pytest.mark.slow
 def test_config_sweeps_run_the_fccolit_sweep_command_on_selection_seeds_only(tmp_path):
     """common.config_sweep (how a script chooses a config's knobs) is `fccolit sweep --sampler grid` over the plan's
