@@ -46,6 +46,10 @@ trial's parameters, runnable as ``fccolit fit --config <study-dir>/best.yaml``).
 The budget: ``trials × seeds`` runs of the config, ``--jobs`` at a time on one machine (each uses the config's
 ``trainer.devices``; on CPU the cores are shared out between jobs unless ``OMP_NUM_THREADS`` is set).
 
+The engine is :class:`Study` (the storage, the samplers, resuming, the tables); :class:`Sweep`, the command, is its
+subclass whose trials run ``fccolit fit``. Subclass :class:`Study` and give :meth:`Study.evaluate` to tune what is not
+a config (the reproduction scripts' functions do).
+
 Akiba, Sano, Yanase, Ohta & Koyama, "Optuna: A Next-generation Hyperparameter Optimization Framework", KDD 2019,
 arXiv:1907.10902. The TPE sampler: Bergstra, Bardenet, Bengio & Kégl, "Algorithms for Hyper-Parameter Optimization",
 NeurIPS 2011.
@@ -733,77 +737,104 @@ def requeue(study: Any, trial: Any) -> None:
         system_attrs={"failed_trial": history[0], "retry_history": history, **grid_point}))
 
 
-class Sweep:
-    """One ``fccolit sweep`` command: the study, its trials and its outputs (see the module docstring).
+class Study:
+    """The engine of ``fccolit sweep`` for trials of any kind: an Optuna study in RDB storage whose trials each draw
+    the parameters' values, score them once per selection seed and take the mean (see the module docstring: the
+    samplers, resuming after a kill, the tables). A subclass says what one trial runs (:meth:`evaluate`);
+    :class:`Sweep` runs ``fccolit fit`` on a config. A script whose runs are Python functions uses it too (the
+    reproduction suite's ``Runner.tune``), so its choices live in a study that a stopped run resumes.
 
     Args:
-        args: the parsed options of :func:`build_parser`.
+        folder: the study folder (the SQLite storage by default, ``trials.csv``, ``trials.md``).
         parameters: the search space.
-        fit_args: arguments for every ``fccolit fit`` (those after ``--``).
-        out: where the progress lines go.
+        seeds: the selection seeds; a trial's value is the mean of its values on them.
+        metric: the selection metric's name (for the tables and messages).
+        direction: ``maximize`` or ``minimize``.
+        trials: complete trials to reach (None: the grid's size under ``sampler="grid"``; required under ``tpe``).
+        jobs: trials run at a time (Optuna's threads).
+        sampler, sampler_seed: ``tpe`` or ``grid``, and its seed.
+        storage: an Optuna RDB storage URL (default ``sqlite:///<folder>/study.db``).
+        study_name: the study's name in the storage (default: the folder's name).
+        max_failures: stop after this many failed trials (default: ``trials``).
+        reduce: how a run's value is read (recorded and compared on resume; ``last`` or ``best``).
+        reading: how a run's value is read, in words, for the tables and progress lines (default: ``"<reduce>
+            validation"``).
+        title: what the tables' heading names (a config, a script).
+        space_name: where the space came from (for messages).
+        out: where the progress lines go (default stdout).
 
     Raises:
-        SweepError: from :meth:`run`: a config that does not parse, a key it does not have, settings that differ from
-            the stored study's, a metric never logged.
-        ValueError: ``--launch forkserver`` where the platform has none.
-
-    Example:
-        Nothing runs until :meth:`run`; the study's default storage and the settings a resumed study must share:
-
-        >>> args = build_parser().parse_args(["--config", "quickstart", "--space", "space.yaml", "--trials", "20",
-        ...                                   "--metric", "val/ap", "--direction", "maximize", "--seeds", "100", "101",
-        ...                                   "--study-dir", "/tmp/sweeps/quickstart"])
-        >>> sweep = Sweep(args, parse_space("model.init_args.ema_weight: {type: float, low: 0.1, high: 1.0}"), [])
-        >>> sweep.storage_url()
-        'sqlite:////tmp/sweeps/quickstart/study.db'
-        >>> sweep.settings()  # doctest: +NORMALIZE_WHITESPACE
-        {'config': 'quickstart', 'fit_args': [], 'space': [{'key': 'model.init_args.ema_weight', 'type': 'float',
-         'low': 0.1, 'high': 1.0}], 'metric': 'val/ap', 'direction': 'maximize', 'reduce': 'last', 'seeds': [100, 101],
-         'sampler': 'tpe'}
+        SweepError: under ``grid``, a parameter without a finite set of values, or more ``trials`` than points; under
+            ``tpe``, no ``trials``.
     """
 
-    def __init__(self, args: argparse.Namespace, parameters: list[Parameter], fit_args: list[str], out: Any = None) -> None:
-        self.args = args
-        #: the grid of ``--sampler grid`` (key -> values), None under TPE
-        self.grid = grid_space(parameters, args.space) if args.sampler == "grid" else None
+    def __init__(self, folder: str | os.PathLike, parameters: list[Parameter], seeds: Sequence[int], metric: str,
+                 direction: str, *, trials: int | None = None, jobs: int = 1, sampler: str = "tpe",
+                 sampler_seed: int = 0, storage: str | None = None, study_name: str | None = None,
+                 max_failures: int | None = None, reduce: str = "last", reading: str | None = None, title: str = "",
+                 space_name: str = "<space>", out: Any = None) -> None:
+        #: the grid of ``sampler="grid"`` (key -> values), None under TPE
+        self.grid = grid_space(parameters, space_name) if sampler == "grid" else None
         if self.grid is not None:
             points = math.prod(len(values) for values in self.grid.values())
-            if args.trials is None:
-                args.trials = points
-            elif args.trials > points:
-                raise SweepError(f"--trials {args.trials}: the grid of {args.space} has {points} point(s); give at most "
+            if trials is None:
+                trials = points
+            elif trials > points:
+                raise SweepError(f"--trials {trials}: the grid of {space_name} has {points} point(s); give at most "
                                  f"{points}, or leave --trials out to run them all")
-        elif args.trials is None:
+        elif trials is None:
             raise SweepError("--trials is required with --sampler tpe (the number of complete trials to reach)")
-        args.max_failures = args.max_failures or args.trials
-        self.parameters = parameters
-        self.fit_args = fit_args
+        self.trials, self.max_failures = trials, max_failures or trials
+        self.folder = Path(folder)
+        self.parameters, self.seeds, self.metric, self.direction = parameters, list(seeds), metric, direction
+        self.jobs, self.sampler, self.sampler_seed, self.reduce = jobs, sampler, sampler_seed, reduce
+        self.storage, self.study_name, self.title = storage, study_name, title
+        self.reading = reading or f"{reduce} validation"
         self.out = out or sys.stdout
-        self.folder = Path(args.study_dir)
         self.host = socket.gethostname()
         self.failures: list[str] = []
         self.fatal: BaseException | None = None
-        self.config: dict[str, Any] = {}  # the resolved config, read by run()
         self._lock = threading.Lock()
-        threads = None
-        if "OMP_NUM_THREADS" not in os.environ:
-            threads = max(1, (os.cpu_count() or 1) // args.jobs)
-        self.launcher = FitLauncher(args.launch, threads)
 
     def say(self, line: str) -> None:
         with self._lock:
             print(line, file=self.out, flush=True)
 
+    # -- what a subclass gives
+    def evaluate(self, trial: Any, values: dict[str, Any]) -> dict[str, float]:
+        """One trial's value on each selection seed (``str(seed) -> value``), for the parameters' ``values``.
+        Raise :class:`TrialFailed` for a run that failed (the sweep goes on) and :class:`SweepError` for a problem
+        that every trial would meet (the sweep stops)."""
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """Before the study opens (after its stored settings are checked): read and check what the trials need."""
+
+    def check_resumed(self, study: Any, name: str) -> None:
+        """On resuming ``study``: refuse when what its trials run has changed since it started."""
+
+    def record_start(self, study: Any) -> None:
+        """On starting ``study``: store what :meth:`check_resumed` compares later."""
+
+    def write_best(self, study: Any, best: Any, complete: int) -> None:
+        """After each trial, once one is complete: outputs for the best trial besides the tables."""
+
+    def outputs(self) -> str:
+        """What :meth:`write_outputs` writes, for the last line."""
+        return f"{self.folder / 'trials.csv'} and trials.md"
+
+    def stop_runs(self) -> None:
+        """Stop the runs in progress (a fatal error, a signal)."""
+
     # -- settings
     def settings(self) -> dict[str, Any]:
         """What the study is started with (stored in it; see :data:`_COMPARED_SETTINGS`)."""
-        return {"config": self.args.config, "fit_args": self.fit_args, "space": [p.describe() for p in self.parameters],
-                "metric": self.args.metric, "direction": self.args.direction, "reduce": self.args.reduce,
-                "seeds": list(self.args.seeds), "sampler": self.args.sampler}
+        return {"space": [p.describe() for p in self.parameters], "metric": self.metric, "direction": self.direction,
+                "reduce": self.reduce, "seeds": self.seeds, "sampler": self.sampler}
 
     def storage_url(self) -> str:
-        """``--storage``, or the SQLite file ``<study-dir>/study.db``."""
-        return self.args.storage or f"sqlite:///{(self.folder / 'study.db').resolve()}"
+        """``storage``, or the SQLite file ``<folder>/study.db``."""
+        return self.storage or f"sqlite:///{(self.folder / 'study.db').resolve()}"
 
     def open_storage(self) -> Any:
         """Optuna's RDB storage with heartbeats: a trial whose sweep died elsewhere is failed and re-queued."""
@@ -827,57 +858,25 @@ class Sweep:
                              "with the same ones, or start a new study (another --study-dir or --study-name):\n"
                              + "\n".join(lines))
 
-    def resolved_config(self) -> dict[str, Any]:
-        """The config as ``fccolit fit`` reads it (with the arguments after ``--``), by ``--print_config``."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        printed, log = self.folder / "config.printed.yaml", self.folder / "config.log"
-        code = self.launcher.run(["fit", "--config", self.args.config, *self.fit_args, "--print_config"], printed,
-                                 stderr_path=log)
-        if code != 0:
-            raise SweepError(f"--config {self.args.config}: `fccolit fit` cannot read it: {last_error_line(log)} "
-                             f"(log: {log})")
-        config = yaml.safe_load(printed.read_text())
-        printed.unlink()
-        log.unlink()
-        return config
-
     # -- one trial
     def objective(self, trial: Any) -> float:
-        """One trial: its config written, ``fccolit fit`` per selection seed, the mean of the seeds' values."""
-        args = self.args
+        """One trial (Optuna's objective): the parameters drawn, :meth:`evaluate`, the mean of the seeds' values."""
         trial.set_user_attr("worker", f"{self.host}:{os.getpid()}")
         values = {p.key: p.suggest(trial) for p in self.parameters}
-        folder = self.folder / "trials" / str(trial.number)
-        folder.mkdir(parents=True, exist_ok=True)
-        config_path = folder / "config.yaml"
-        config_path.write_text(yaml.safe_dump(with_values(self.config, values), sort_keys=False))
-        seed_values: dict[str, float] = {}
-        for seed in args.seeds:
-            run = folder / f"seed_{seed}"
-            if run.exists():
-                shutil.rmtree(run)
-            run.mkdir()
-            history = run / "history.jsonl"
-            argv = ["fit", "--config", str(config_path), "--seed_everything", str(seed),
-                    "--trainer.default_root_dir", str(run),
-                    "--trainer.callbacks+=fccolit.callbacks.MetricHistory", "--trainer.callbacks.path", str(history)]
-            code = self.launcher.run(argv, run / "fit.log")
-            try:
-                if code != 0:
-                    raise TrialFailed(f"seed {seed}: fccolit fit exited with status {code}: "
-                                      f"{last_error_line(run / 'fit.log')} (log: {run / 'fit.log'})")
-                seed_values[str(seed)] = selection_value(read_history(history), args.metric, args.reduce, args.direction)
-            except TrialFailed as err:
-                trial.set_user_attr("error", str(err))
-                raise
-            except SweepError as err:
-                self.fatal = err
-                self.launcher.terminate_all()
-                raise
+        try:
+            seed_values = self.evaluate(trial, values)
             trial.set_user_attr("seed_values", seed_values)
-            if not args.keep_checkpoints:
-                for checkpoint in run.rglob("*.ckpt"):
-                    checkpoint.unlink()
+            bad = {seed: value for seed, value in seed_values.items() if not math.isfinite(value)}
+            if bad:
+                raise TrialFailed("; ".join(f"seed {seed}: {self.metric} is {value} (the run diverged)"
+                                            for seed, value in bad.items()))
+        except TrialFailed as err:
+            trial.set_user_attr("error", str(err))
+            raise
+        except SweepError as err:
+            self.fatal = err
+            self.stop_runs()
+            raise
         return sum(seed_values.values()) / len(seed_values)
 
     # -- after each trial
@@ -893,46 +892,35 @@ class Sweep:
         if trial.state == TrialState.COMPLETE:
             seeds = ", ".join(f"{s} {_format(v)}" for s, v in trial.user_attrs.get("seed_values", {}).items())
             best = study.best_trial
-            self.say(f"trial {trial.number} ({len(complete)}/{self.args.trials} complete): {self.args.metric} "
-                     f"{_format(trial.value)} ({self.args.reduce}; seeds {seeds}), {seconds:.1f} s, {params} | best: "
+            self.say(f"trial {trial.number} ({len(complete)}/{self.trials} complete): {self.metric} "
+                     f"{_format(trial.value)} ({self.reading}; seeds {seeds}), {seconds:.1f} s, {params} | best: "
                      f"trial {best.number}, {_format(best.value)}")
         else:
             error = trial.user_attrs.get("error", "failed")
             self.failures.append(f"trial {trial.number}: {error}")
             self.say(f"trial {trial.number} failed after {seconds:.1f} s: {error} ({params})")
         self.write_outputs(study)
-        if len(complete) >= self.args.trials or len(self.failures) >= self.args.max_failures:
+        if len(complete) >= self.trials or len(self.failures) >= self.max_failures:
             study.stop()
 
     def write_outputs(self, study: Any) -> None:
-        """``trials.csv``, ``trials.md`` and (once a trial is complete) ``best.yaml`` in the study folder."""
+        """``trials.csv``, ``trials.md`` and (once a trial is complete) :meth:`write_best`'s outputs."""
         from optuna.trial import TrialState
 
         trials = study.get_trials(deepcopy=False)
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         best = study.best_trial if complete else None
-        args = self.args
-        heading = (f"# fccolit sweep: {args.config}\n\n{len(complete)} complete of {args.trials} trials; "
-                   f"{args.metric} ({args.reduce} validation, mean over seeds {', '.join(map(str, args.seeds))}), "
-                   f"{args.direction}; study '{study.study_name}' in {self.storage_url()}")
+        heading = (f"# fccolit sweep: {self.title}\n\n{len(complete)} complete of {self.trials} trials; "
+                   f"{self.metric} ({self.reading}, mean over seeds {', '.join(map(str, self.seeds))}), "
+                   f"{self.direction}; study '{study.study_name}' in {self.storage_url()}")
         with self._lock:
-            write_tables(trial_rows(trials, self.parameters, args.seeds), self.folder, heading,
+            write_tables(trial_rows(trials, self.parameters, self.seeds), self.folder, heading,
                          best.number if best else None)
             if best is not None:
-                values = {p.key: best.params[p.key] for p in self.parameters}
-                header = [
-                    f"# fccolit sweep: {args.config} with trial {best.number}'s parameters, the best of "
-                    f"{len(complete)} complete trials",
-                    f"# ({args.metric}, {args.reduce} validation value, mean over seeds "
-                    f"{', '.join(map(str, args.seeds))} = {_format(best.value)}; {args.direction}):",
-                    *(f"#   {key}: {_format(value)}" for key, value in values.items()),
-                    f"# Run it: fccolit fit --config {self.folder / 'best.yaml'}",
-                ]
-                _write_atomically(self.folder / "best.yaml", "\n".join(header) + "\n"
-                                  + yaml.safe_dump(with_values(self.config, values), sort_keys=False))
+                self.write_best(study, best, len(complete))
 
     def grid_points_left(self, study: Any) -> int:
-        """Under ``--sampler grid``, the points that no finished trial stands for (a failed trial re-queued after a
+        """Under ``sampler="grid"``, the points that no finished trial stands for (a failed trial re-queued after a
         kill stands for none until it runs again); otherwise a number no sweep reaches."""
         if self.grid is None:
             return sys.maxsize
@@ -963,73 +951,199 @@ class Sweep:
             stopped += sorted({t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))} - before)
         return stopped
 
-    def run(self) -> int:
-        """Run the sweep until ``--trials`` trials are complete; returns the exit status (0, or 1 after
-        ``--max-failures`` failed trials)."""
+    def open_study(self) -> Any:
+        """The study, started or resumed: its stored settings checked, :meth:`prepare` run, trials left running by a
+        killed sweep re-queued, the sampler set."""
         import optuna
-        from optuna.trial import TrialState
 
-        args = self.args
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # a line per trial comes from finished()
-        name = args.study_name or self.folder.resolve().name
+        name = self.study_name or self.folder.resolve().name
         url = self.storage_url()
         storage = None
-        if args.storage or Path(url.removeprefix("sqlite:///")).is_file():
+        if self.storage or Path(url.removeprefix("sqlite:///")).is_file():
             storage = self.open_storage()
             if name in optuna.study.get_all_study_names(storage):
                 stored = optuna.load_study(study_name=name, storage=storage).user_attrs
                 self.check_same_settings(stored.get(_SETTINGS_ATTR, {}), name)
-        self.config = self.resolved_config()
-        check_keys(self.parameters, self.config, args.space, args.config)
+        self.prepare()
+        self.folder.mkdir(parents=True, exist_ok=True)
         storage = storage or self.open_storage()
         existing = name in optuna.study.get_all_study_names(storage)
-        study = optuna.create_study(study_name=name, storage=storage, direction=args.direction, load_if_exists=True)
+        study = optuna.create_study(study_name=name, storage=storage, direction=self.direction, load_if_exists=True)
         if existing:
-            changed = changed_keys(study.user_attrs.get(_CONFIG_ATTR) or {}, self.config)
-            if changed:
-                raise SweepError(f"--config {args.config}: it reads differently from when the study '{name}' started "
-                                 f"(changed: {', '.join(changed[:8])}); resume with the same config, or start a new "
-                                 "study (another --study-dir or --study-name)")
+            self.check_resumed(study, name)
         else:
             study.set_user_attr(_SETTINGS_ATTR, self.settings())
-            study.set_user_attr(_CONFIG_ATTR, self.config)
-        stopped = self.requeue_stopped(study)
+            self.record_start(study)
+        self.stopped = self.requeue_stopped(study)
         if self.grid is not None:
             # one fixed seed: the grid's order, by which a trial number is mapped to a point, is the same on resume
-            study.sampler = optuna.samplers.GridSampler(self.grid, seed=args.sampler_seed)
+            study.sampler = optuna.samplers.GridSampler(self.grid, seed=self.sampler_seed)
         else:
             # seeded by the history's length too: a resumed study does not draw the first run's points again
-            study.sampler = optuna.samplers.TPESampler(seed=args.sampler_seed + len(study.get_trials(deepcopy=False)))
+            study.sampler = optuna.samplers.TPESampler(seed=self.sampler_seed + len(study.get_trials(deepcopy=False)))
+        return study
+
+    def run(self) -> int:
+        """Run the study until ``trials`` trials are complete; returns the exit status (0, or 1 after
+        ``max_failures`` failed trials). The study is :attr:`study` afterwards."""
+        from optuna.trial import TrialState
+
+        self.study = study = self.open_study()
         complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-        self.say(f"fccolit sweep: study '{name}' in {url}: {complete} of {args.trials} trials complete"
-                 + (f"; re-queued trial(s) {', '.join(map(str, stopped))}, stopped while running" if stopped else "")
-                 + f"; {args.metric} ({args.reduce}, {args.direction}), mean over seeds "
-                 + f"{', '.join(map(str, args.seeds))}; {args.jobs} job(s)")
+        self.say(f"fccolit sweep: study '{study.study_name}' in {self.storage_url()}: {complete} of {self.trials} trials "
+                 "complete" + (f"; re-queued trial(s) {', '.join(map(str, self.stopped))}, stopped while running"
+                               if self.stopped else "")
+                 + f"; {self.metric} ({self.reading}, {self.direction}), mean over seeds "
+                 + f"{', '.join(map(str, self.seeds))}; {self.jobs} job(s)")
         try:
-            while complete < args.trials and len(self.failures) < args.max_failures:
-                remaining = min(args.trials - complete, self.grid_points_left(study))
+            while complete < self.trials and len(self.failures) < self.max_failures:
+                remaining = min(self.trials - complete, self.grid_points_left(study))
                 if remaining == 0:  # the grid is run: each point complete or failed
                     break
-                study.optimize(self.objective, n_trials=remaining, n_jobs=min(args.jobs, remaining),
+                study.optimize(self.objective, n_trials=remaining, n_jobs=min(self.jobs, remaining),
                                catch=(TrialFailed,), callbacks=[self.finished])
                 if self.fatal is not None:
                     raise self.fatal
                 complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
         finally:
             self.write_outputs(study)
-        if complete < args.trials:
+        if complete < self.trials:
             failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
             last = self.failures[-1] if self.failures else (
                 f"trial {failed[-1].number}: {failed[-1].user_attrs.get('error', 'failed')}" if failed else "")
             self.say(f"fccolit sweep: stopped after {len(self.failures) or len(failed)} failed trials ({complete} of "
-                     f"{args.trials} complete); the last: {last}. Fix the config or the space and rerun to continue"
+                     f"{self.trials} complete); the last: {last}. Fix the config or the space and rerun to continue"
                      + (" (a grid point that failed is not run again: start a new study)." if self.grid else "."))
             return 1
         best = study.best_trial
-        self.say(f"fccolit sweep: {complete} trial(s) complete; best: trial {best.number}, {args.metric} "
-                 f"{_format(best.value)}; wrote {self.folder / 'trials.csv'}, trials.md and best.yaml "
-                 f"(fccolit fit --config {self.folder / 'best.yaml'})")
+        self.say(f"fccolit sweep: {complete} trial(s) complete; best: trial {best.number}, {self.metric} "
+                 f"{_format(best.value)}; wrote {self.outputs()}")
         return 0
+
+
+class Sweep(Study):
+    """One ``fccolit sweep`` command: a :class:`Study` whose trials run ``fccolit fit`` on a config (see the module
+    docstring).
+
+    Args:
+        args: the parsed options of :func:`build_parser`.
+        parameters: the search space.
+        fit_args: arguments for every ``fccolit fit`` (those after ``--``).
+        out: where the progress lines go.
+
+    Raises:
+        SweepError: from :meth:`run`: a config that does not parse, a key it does not have, settings that differ from
+            the stored study's, a metric never logged.
+        ValueError: ``--launch forkserver`` where the platform has none.
+
+    Example:
+        Nothing runs until :meth:`run`; the study's default storage and the settings a resumed study must share:
+
+        >>> args = build_parser().parse_args(["--config", "quickstart", "--space", "space.yaml", "--trials", "20",
+        ...                                   "--metric", "val/ap", "--direction", "maximize", "--seeds", "100", "101",
+        ...                                   "--study-dir", "/tmp/sweeps/quickstart"])
+        >>> sweep = Sweep(args, parse_space("model.init_args.ema_weight: {type: float, low: 0.1, high: 1.0}"), [])
+        >>> sweep.storage_url()
+        'sqlite:////tmp/sweeps/quickstart/study.db'
+        >>> sweep.settings()  # doctest: +NORMALIZE_WHITESPACE
+        {'config': 'quickstart', 'fit_args': [], 'space': [{'key': 'model.init_args.ema_weight', 'type': 'float',
+         'low': 0.1, 'high': 1.0}], 'metric': 'val/ap', 'direction': 'maximize', 'reduce': 'last', 'seeds': [100, 101],
+         'sampler': 'tpe'}
+    """
+
+    def __init__(self, args: argparse.Namespace, parameters: list[Parameter], fit_args: list[str], out: Any = None) -> None:
+        super().__init__(args.study_dir, parameters, args.seeds, args.metric, args.direction, trials=args.trials,
+                         jobs=args.jobs, sampler=args.sampler, sampler_seed=args.sampler_seed, storage=args.storage,
+                         study_name=args.study_name, max_failures=args.max_failures, reduce=args.reduce,
+                         title=args.config, space_name=args.space, out=out)
+        self.args = args
+        self.fit_args = fit_args
+        self.config: dict[str, Any] = {}  # the resolved config, read by prepare()
+        threads = None
+        if "OMP_NUM_THREADS" not in os.environ:
+            threads = max(1, (os.cpu_count() or 1) // args.jobs)
+        self.launcher = FitLauncher(args.launch, threads)
+
+    def settings(self) -> dict[str, Any]:
+        return {"config": self.args.config, "fit_args": self.fit_args, **super().settings()}
+
+    def resolved_config(self) -> dict[str, Any]:
+        """The config as ``fccolit fit`` reads it (with the arguments after ``--``), by ``--print_config``."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        printed, log = self.folder / "config.printed.yaml", self.folder / "config.log"
+        code = self.launcher.run(["fit", "--config", self.args.config, *self.fit_args, "--print_config"], printed,
+                                 stderr_path=log)
+        if code != 0:
+            raise SweepError(f"--config {self.args.config}: `fccolit fit` cannot read it: {last_error_line(log)} "
+                             f"(log: {log})")
+        config = yaml.safe_load(printed.read_text())
+        printed.unlink()
+        log.unlink()
+        return config
+
+    def prepare(self) -> None:
+        self.config = self.resolved_config()
+        check_keys(self.parameters, self.config, self.args.space, self.args.config)
+
+    def check_resumed(self, study: Any, name: str) -> None:
+        changed = changed_keys(study.user_attrs.get(_CONFIG_ATTR) or {}, self.config)
+        if changed:
+            raise SweepError(f"--config {self.args.config}: it reads differently from when the study '{name}' started "
+                             f"(changed: {', '.join(changed[:8])}); resume with the same config, or start a new "
+                             "study (another --study-dir or --study-name)")
+
+    def record_start(self, study: Any) -> None:
+        study.set_user_attr(_CONFIG_ATTR, self.config)
+
+    def stop_runs(self) -> None:
+        self.launcher.terminate_all()
+
+    def evaluate(self, trial: Any, values: dict[str, Any]) -> dict[str, float]:
+        """``fccolit fit`` per selection seed on the config with ``values`` in (written to
+        ``<study-dir>/trials/<number>/config.yaml``); each run's value read from its metric history."""
+        folder = self.folder / "trials" / str(trial.number)
+        folder.mkdir(parents=True, exist_ok=True)
+        config_path = folder / "config.yaml"
+        config_path.write_text(yaml.safe_dump(with_values(self.config, values), sort_keys=False))
+        seed_values: dict[str, float] = {}
+        for seed in self.seeds:
+            run = folder / f"seed_{seed}"
+            if run.exists():
+                shutil.rmtree(run)
+            run.mkdir()
+            history = run / "history.jsonl"
+            argv = ["fit", "--config", str(config_path), "--seed_everything", str(seed),
+                    "--trainer.default_root_dir", str(run),
+                    "--trainer.callbacks+=fccolit.callbacks.MetricHistory", "--trainer.callbacks.path", str(history)]
+            code = self.launcher.run(argv, run / "fit.log")
+            if code != 0:
+                raise TrialFailed(f"seed {seed}: fccolit fit exited with status {code}: "
+                                  f"{last_error_line(run / 'fit.log')} (log: {run / 'fit.log'})")
+            seed_values[str(seed)] = selection_value(read_history(history), self.metric, self.reduce, self.direction)
+            trial.set_user_attr("seed_values", seed_values)
+            if not self.args.keep_checkpoints:
+                for checkpoint in run.rglob("*.ckpt"):
+                    checkpoint.unlink()
+        return seed_values
+
+    def write_best(self, study: Any, best: Any, complete: int) -> None:
+        """``best.yaml``: the resolved config with the best trial's parameters, runnable by ``fccolit fit``."""
+        values = {p.key: best.params[p.key] for p in self.parameters}
+        header = [
+            f"# fccolit sweep: {self.args.config} with trial {best.number}'s parameters, the best of "
+            f"{complete} complete trials",
+            f"# ({self.metric}, {self.reduce} validation value, mean over seeds "
+            f"{', '.join(map(str, self.seeds))} = {_format(best.value)}; {self.direction}):",
+            *(f"#   {key}: {_format(value)}" for key, value in values.items()),
+            f"# Run it: fccolit fit --config {self.folder / 'best.yaml'}",
+        ]
+        _write_atomically(self.folder / "best.yaml", "\n".join(header) + "\n"
+                          + yaml.safe_dump(with_values(self.config, values), sort_keys=False))
+
+    def outputs(self) -> str:
+        return (f"{self.folder / 'trials.csv'}, trials.md and best.yaml "
+                f"(fccolit fit --config {self.folder / 'best.yaml'})")
 
 
 def _trial(study: Any, number: int) -> Any:

@@ -127,7 +127,7 @@ def main() -> None:
         chosen, final = {}, {}
         for m in methods:
             settings = [A.Setting(m, lr, beta, protocol_of(m)) for lr in grid["lr"] for beta in grid["beta"]]
-            chosen[m], _ = runner.tune(settings, lambda r: r["val_ap"], plan)
+            chosen[m], _ = runner.tune(settings, lambda r: r["val_ap"], plan, metric="val AP")
             final[m] = runner.many([(chosen[m], s) for s in plan.reported])
             print(f"{m}: η = {chosen[m].lr:g}, β = {chosen[m].beta:g}, test AP "
                   f"{np.mean([r['test_ap'] for r in final[m]]):.4f}", flush=True)

@@ -30,6 +30,8 @@ REPO = HERE.parents[1]
 RESULTS_DIR = HERE / "results"
 sys.path.insert(0, str(REPO))
 
+from fccolit.sweep import Parameter, Study, TrialFailed  # noqa: E402  (the checkout's fccolit, when run from it)
+
 
 def shared_data(name: str) -> Path:
     """``<repo>/../shared/data/<name>`` (override the parent with ``FCCOLIT_SHARED_DATA``)."""
@@ -335,13 +337,20 @@ class Runner:
         key = hashlib.sha256(self.key(job).encode()).hexdigest()[:24]
         return self.cache / f"{key}.json"
 
-    def many(self, jobs: Sequence[tuple[Hashable, int]]) -> list[dict]:
+    def ran(self, jobs: Sequence[tuple[Hashable, int]]) -> dict[tuple[Hashable, int], dict]:
+        """The results of those ``jobs`` that have run (in this process, or read back from the cache); runs nothing."""
         import json
 
         for job in dict.fromkeys(jobs):
             path = self._cached(job)
             if job not in self.done and path is not None and path.is_file():
                 self.done[job] = json.loads(path.read_text())
+        return {job: self.done[job] for job in jobs if job in self.done}
+
+    def many(self, jobs: Sequence[tuple[Hashable, int]]) -> list[dict]:
+        import json
+
+        self.ran(jobs)
         todo = [j for j in dict.fromkeys(jobs) if j not in self.done]
         results = self.pool.map(_call, [(self.run, *j) for j in todo]) if self.pool else map(_call, [(self.run, *j) for j in todo])
         for job, result in zip(todo, results):
@@ -354,19 +363,123 @@ class Runner:
                 tmp.replace(path)
         return [self.done[j] for j in jobs]
 
-    def tune(self, settings: Sequence[Hashable], score: Callable[[dict], float],
-             seeds: SeedPlan) -> tuple[Any, dict[Hashable, list[dict]]]:
-        """The setting with the largest mean ``score`` over the plan's *selection* seeds (a setting with a
-        non-finite score on any of them is out), and every setting's runs on those seeds. ``score`` must read
-        validation (or training) numbers only; the reported seeds never take part."""
-        jobs = [(s, seed) for s in settings for seed in seeds.selection]
-        runs = dict(zip(jobs, self.many(jobs)))
-        results = {s: [runs[(s, seed)] for seed in seeds.selection] for s in settings}
-        means = {s: float(np.mean([score(r) for r in rs])) for s, rs in results.items()}
-        finite = [s for s in settings if np.isfinite(means[s])]
-        if not finite:
-            raise RuntimeError("every setting of the grid diverged")
-        return max(finite, key=means.__getitem__), results
+    def tune(self, settings: Sequence[Hashable], score: Callable[[dict], float], seeds: SeedPlan,
+             metric: str = "score", rule_out: Callable[[dict], str | None] | None = None
+             ) -> tuple[Any, dict[Hashable, list[dict]]]:
+        """Choose among ``settings`` with the engine of ``fccolit sweep`` (:class:`fccolit.sweep.Study`, Optuna's grid
+        sampler: every setting one trial): a trial runs its setting on the plan's *selection* seeds (``workers``
+        trials at a time, their runs in this pool) and scores the mean of ``score`` over them; a setting with a
+        non-finite score on any of them is a failed trial, out of the choice. ``score`` must read validation (or
+        training) numbers only; the reported seeds never take part. ``metric`` names the score (the tables, and with
+        the settings and seeds the study's folder). ``rule_out(run)``: why a run puts its setting out of the choice
+        (a violated constraint), or None; given, a trial runs its seeds one after the other and fails at the first
+        run ruled out, without running the later seeds.
+
+        With ``cache`` set the study lives in ``<cache>/studies/<key>/`` (``study.db``, ``trials.csv``, ``trials.md``),
+        so a stopped script resumes it: complete trials are not run again, a trial stopped while running is re-queued,
+        and its runs that finished are read back from the cache. Without it the study is in a temporary folder.
+
+        Returns:
+            The chosen setting (the largest mean; among equal means the first in ``settings``) and every setting's
+            runs on the selection seeds (those that ran, in seed order).
+
+        Raises:
+            RuntimeError: every setting failed (diverged).
+        """
+        import hashlib
+        import tempfile
+
+        settings = list(dict.fromkeys(settings))
+        labels = setting_labels(settings)
+        key = hashlib.sha256(repr((metric, labels, [repr(s) for s in settings], seeds.selection)).encode())
+        with tempfile.TemporaryDirectory(prefix="fccolit-tune-") as scratch:
+            folder = (self.cache / "studies" if self.cache is not None else Path(scratch)) / key.hexdigest()[:16]
+            study = _RunnerStudy(self, folder, dict(zip(labels, settings)), score, seeds.selection, metric, rule_out)
+            study.run()
+            values = {t.params["setting"]: t.value for t in study.study.get_trials(deepcopy=False)
+                      if t.state.name == "COMPLETE"}
+        if not values:
+            raise RuntimeError(f"every setting of the grid diverged (the trials: {folder / 'trials.md'})")
+        best = max((label for label in labels if label in values), key=values.__getitem__)
+        ran = self.ran([(s, seed) for s in settings for seed in seeds.selection])
+        runs = {s: [ran[(s, seed)] for seed in seeds.selection if (s, seed) in ran] for s in settings}
+        return dict(zip(labels, settings))[best], runs
+
+    def start(self) -> None:
+        """Fork the workers now (they inherit the data loaded so far): before threads that submit jobs start, so
+        that no worker is forked while another thread holds a lock."""
+        if self.pool is not None:
+            self.pool.submit(os.getpid).result()
+
+
+def setting_labels(settings: Sequence[Hashable]) -> list[str]:
+    """A short label per setting, unique: for dataclasses of one type (or tuples of ``(name, value)`` pairs), the
+    fields whose values differ between them (``lr=0.01, margin=1.0``); otherwise, or when those collide, the settings'
+    reprs.
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass(frozen=True)
+        ... class S:
+        ...     method: str
+        ...     lr: float
+        >>> setting_labels([S("SOAP", 0.1), S("SOAP", 0.01)])
+        ['lr=0.1', 'lr=0.01']
+        >>> setting_labels([(("method", "sox"), ("lr", 0.1)), (("method", "sox"), ("lr", 1.0))])  # a mapping's pairs
+        ['lr=0.1', 'lr=1.0']
+        >>> setting_labels(["a", "b"])
+        ["'a'", "'b'"]
+    """
+    import dataclasses
+
+    def fields(setting: Hashable) -> dict[str, Any] | None:
+        if dataclasses.is_dataclass(setting):
+            return {f.name: getattr(setting, f.name) for f in dataclasses.fields(setting)}
+        if isinstance(setting, tuple) and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
+                                              for p in setting):
+            return dict(setting)
+        return None
+
+    labels = [repr(s) for s in settings]
+    mappings = [fields(s) for s in settings]
+    if None not in mappings and len({type(s) for s in settings}) == 1:
+        names = list(dict.fromkeys(name for m in mappings for name in m))
+        varying = [n for n in names if len({repr(m.get(n)) for m in mappings}) > 1]
+        short = [", ".join(f"{n}={m.get(n)!r}" for n in varying) or repr(s) for s, m in zip(settings, mappings)]
+        if len(set(short)) == len(short):
+            labels = short
+    return labels
+
+
+class _RunnerStudy(Study):
+    """A :class:`fccolit.sweep.Study` over a list of settings (one categorical parameter, ``setting``, on a grid) whose
+    trials run a :class:`Runner`'s function on the selection seeds."""
+
+    def __init__(self, runner: Runner, folder: Path, settings: dict[str, Hashable], score: Callable[[dict], float],
+                 seeds: Sequence[int], metric: str, rule_out: Callable[[dict], str | None] | None = None) -> None:
+        super().__init__(folder, [Parameter("setting", "categorical", choices=tuple(settings))], seeds, metric,
+                         "maximize", sampler="grid", jobs=runner.workers, reading="as the script scores a run",
+                         title=f"{metric} of {len(settings)} setting(s) of {runner.run.__module__}.{runner.run.__name__}")
+        self.runner, self.settings_by_label, self.score, self.rule_out = runner, settings, score, rule_out
+
+    def evaluate(self, trial: Any, values: dict[str, Any]) -> dict[str, float]:
+        setting = self.settings_by_label[values["setting"]]
+        if self.rule_out is None:
+            runs = self.runner.many([(setting, seed) for seed in self.seeds])
+            return {str(seed): float(self.score(r)) for seed, r in zip(self.seeds, runs)}
+        seed_values: dict[str, float] = {}
+        for seed in self.seeds:
+            (run,) = self.runner.many([(setting, seed)])
+            seed_values[str(seed)] = float(self.score(run))
+            trial.set_user_attr("seed_values", seed_values)
+            why = self.rule_out(run)
+            if why:
+                raise TrialFailed(f"ruled out on seed {seed}: {why}")
+        return seed_values
+
+    def run(self) -> int:
+        self.runner.start()
+        return super().run()
 
 
 def config_sweep(config: Path, space: Path, plan: SeedPlan, study_dir: Path, metric: str, fit_args: Sequence[str],

@@ -239,38 +239,50 @@ def summarize(runs: list[dict]) -> dict:
 
 def best(settings: list[dict]) -> dict:
     """The selection rule over seeds: among the settings (``summarize`` outputs) whose validation constraints hold
-    on every selection seed, the highest mean validation AUROC; if none, the smallest worst validation constraint
-    over the seeds."""
-    ok = [s for s in settings if s["feasible"] == s["seeds"] and not s.get("dropped")]
-    if ok:
-        return max(ok, key=lambda s: s["val_auroc"])
+    on every selection seed, the highest mean validation AUROC (the one :func:`sweep`'s study chose, marked
+    ``chosen``); if none, the smallest worst validation constraint over the seeds."""
+    chosen = [s for s in settings if s.get("chosen")]
+    if chosen:
+        return chosen[0]
     return min(settings, key=lambda s: s["val_max_violation"])
 
 
-def sweep(specs: list[dict], seeds: list[int], args) -> list[dict]:
-    """The specs on the selection seeds, one seed after the other: a spec whose validation constraints fail on a
-    seed cannot be selected (``best`` needs every seed feasible), so it is not run on the later seeds (the
-    selection is the same as with every run; its ``seeds`` count says how many were run). If no spec stays
-    feasible, every spec runs on every seed for ``best``'s fallback. One ``summarize`` per spec (in order)."""
-    runs: dict[int, list[dict]] = {i: [] for i in range(len(specs))}
-    alive = list(range(len(specs)))
-    for seed in seeds:
-        for i, r in zip(alive, run_all([(specs[i], seed) for i in alive], args)):
-            runs[i].append(r)
-        alive = [i for i in alive if runs[i][-1]["val_max_violation"] <= 0.0]
-        if not alive:
-            break
-    if not alive:  # the fallback (smallest worst constraint) compares every spec on every seed
-        for seed in seeds:
-            todo = [i for i in range(len(specs)) if all(r["seed"] != seed for r in runs[i])]
-            for i, r in zip(todo, run_all([(specs[i], seed) for i in todo], args)):
-                runs[i].append(r)
+#: where :func:`run_setting` finds the budget, the data and the run cache (set by ``main`` before workers fork)
+RUN_ARGS: dict = {}
+
+
+def run_setting(setting: tuple, seed: int) -> dict:
+    """:func:`run` for a setting given as ``(key, value)`` pairs (hashable: ``common.Runner``'s jobs)."""
+    return run(dict(setting), seed, RUN_ARGS["epochs"], RUN_ARGS["root"], RUN_ARGS["cache"])
+
+
+def _violated(run_result: dict) -> str | None:
+    worst = run_result["val_max_violation"]
+    return None if worst <= 0.0 else f"validation worst constraint {worst:+.4f} > 0"
+
+
+def sweep(specs: list[dict], plan: C.SeedPlan, runner: C.Runner) -> list[dict]:
+    """The selection rule over the plan's selection seeds, by ``common.Runner.tune`` (the engine of ``fccolit
+    sweep``; one trial per spec): a trial runs its seeds one after the other and is ruled out at the first seed whose
+    validation constraints fail (it cannot be selected, so the later seeds are not run; the choice is the one running
+    every seed would give); among the rest, the highest mean validation AUROC. If no spec stays feasible, every spec
+    runs on every seed for ``best``'s fallback. One ``summarize`` per spec (in order), the chosen one marked."""
+    settings = [tuple(spec.items()) for spec in specs]
+    seeds = list(plan.selection)
+    auroc = lambda r: r["val_auroc"] if math.isfinite(r["val_auroc"]) else 0.0  # noqa: E731  (as summarize)
+    try:
+        chosen, runs = runner.tune(settings, auroc, plan, metric="val AUROC (feasible on every seed)",
+                                   rule_out=_violated)
+    except RuntimeError:  # no spec feasible on every seed: the fallback compares every spec on every seed
+        chosen = None
+        done = runner.many([(setting, seed) for setting in settings for seed in seeds])
+        runs = {setting: done[i * len(seeds):(i + 1) * len(seeds)] for i, setting in enumerate(settings)}
     out = []
-    for i, spec in enumerate(specs):
-        summary = summarize(runs[i])
+    for setting, spec in zip(settings, specs):
+        summary = summarize(runs[setting])
         if summary["seeds"] < len(seeds):  # dropped early: infeasible on its last seed
             summary["feasible"] = summary["seeds"] - 1
-        out.append(dict(summary, spec=spec, dropped=summary["seeds"] < len(seeds)))
+        out.append(dict(summary, spec=spec, dropped=summary["seeds"] < len(seeds), chosen=setting == chosen))
     return out
 
 
@@ -308,6 +320,8 @@ def main() -> None:
     args.epochs = args.epochs or default_epochs
     plan = SEEDS.take(args.seeds or (2 if args.quick else None), 1 if args.quick else 2 if args.reduced else None)
     seeds, select_seeds = list(plan.reported), list(plan.selection)
+    RUN_ARGS.update(epochs=args.epochs, root=args.root, cache=args.cache)
+    tuner = C.Runner(run_setting, workers=args.jobs, cache=Path(args.cache) / "tuning")
     watch = Stopwatch()
     order = ["alexr2", "sonx", "sox_adam", "sox_momentum", "alexr2_momentum"]
     etas, alphas = ((1e-2, 0.1), (1e-2,)) if args.quick else (GRID, GRID)
@@ -321,9 +335,9 @@ def main() -> None:
         """Every method's knobs chosen on the selection seeds (validation only), then run on the reported seeds."""
         # ALEXR2: η × α at ν = 0.1, K = 5; then ν × K at the best (η, α)
         alexr2 = dict(SHIPPED, **base)
-        res1 = sweep([dict(alexr2, eta=e, alpha=a, nu=0.1, K=5) for e in etas for a in alphas], select_seeds, args)
+        res1 = sweep([dict(alexr2, eta=e, alpha=a, nu=0.1, K=5) for e in etas for a in alphas], plan, tuner)
         chosen1 = best(res1)["spec"]
-        res2 = sweep([dict(chosen1, nu=n, K=k) for n in nus for k in ks], select_seeds, args)
+        res2 = sweep([dict(chosen1, nu=n, K=k) for n in nus for k in ks], plan, tuner)
         chosen = dict(best(res2)["spec"])
         # the baselines' and the momentum-type ALEXR2's learning rates
         lr_grids = {
@@ -335,7 +349,7 @@ def main() -> None:
                              for lr in ((0.1,) if args.quick else (1.0, 0.1, 1e-2))],
             "alexr2_momentum": [dict(chosen, update="momentum", alpha=a) for a in ((0.1,) if args.quick else (1.0, 0.1, 1e-2))],
         }
-        lr_results = {m: sweep(grid, select_seeds, args) for m, grid in lr_grids.items()}
+        lr_results = {m: sweep(grid, plan, tuner) for m, grid in lr_grids.items()}
         specs = {"alexr2": chosen, **{m: dict(best(results)["spec"]) for m, results in lr_results.items()}}
         return {"res1": res1, "chosen1": chosen1, "res2": res2, "lr_results": lr_results, "specs": specs,
                 "finals": report_at(specs)}

@@ -306,7 +306,7 @@ def main() -> None:
 
     def select(settings: list[Setting]) -> tuple[Setting, dict]:
         """The smallest mean final training F over the plan's selection seeds (``Runner.tune``)."""
-        chosen, results = runner.tune(settings, lambda r: -final_f(r), seeds=plan)
+        chosen, results = runner.tune(settings, lambda r: -final_f(r), seeds=plan, metric="-F (final training objective)")
         return chosen, {s: statistics.mean(final_f(r) for r in rs) for s, rs in results.items()}
 
     lrs = (0.1, 1.0) if args.quick else (0.03, 0.1, 0.3, 1.0)

@@ -241,7 +241,7 @@ class Runner:
         """The setting with the best mean **validation** pAUC [0.05, 0.5] over ``plan.selection`` (never a reported
         seed, never a test number): :meth:`common.Runner.tune`."""
         best, _ = self.pool.tune([self.job(method, s, data, steps) for s in settings],
-                                 lambda r: r["val/" + METRIC], plan)
+                                 lambda r: r["val/" + METRIC], plan, metric="val/" + METRIC)
         return best.s
 
     def compute(self) -> tuple[float, str]:

@@ -48,6 +48,7 @@ import argparse
 import dataclasses
 import json
 import math
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -182,18 +183,21 @@ def run(job: tuple[Method, Budget], seed: int) -> dict:
             if not trainer.sanity_checking and "val/ndcg@10" in trainer.callback_metrics:
                 curve.append((trainer.global_step, float(trainer.callback_metrics["val/ndcg@10"])))
 
-    cli.trainer.callbacks.append(Curve())
-    clock = C.Stopwatch()
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    seconds = clock.seconds
-    result: dict = {"steps": int(cli.trainer.global_step), "seconds": seconds, "curve": curve}
-    full_ranking = hasattr(cli.model, "threshold") and hasattr(cli.model.model, "score_all")
-    result["threshold"] = threshold_report(cli.model, cli.datamodule) if full_ranking else None
-    last = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]
-    best = cli.trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path="best", verbose=False)[0]
-    result["last"] = {k: float(v) for k, v in last.items()}
-    result["best"] = {k: float(v) for k, v in best.items()}
-    result["best_val"] = float(cli.trainer.checkpoint_callback.best_model_score)
+    try:
+        cli.trainer.callbacks.append(Curve())
+        clock = C.Stopwatch()
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+        seconds = clock.seconds
+        result: dict = {"steps": int(cli.trainer.global_step), "seconds": seconds, "curve": curve}
+        full_ranking = hasattr(cli.model, "threshold") and hasattr(cli.model.model, "score_all")
+        result["threshold"] = threshold_report(cli.model, cli.datamodule) if full_ranking else None
+        last = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]
+        best = cli.trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path="best", verbose=False)[0]
+        result["last"] = {k: float(v) for k, v in last.items()}
+        result["best"] = {k: float(v) for k, v in best.items()}
+        result["best_val"] = float(cli.trainer.checkpoint_callback.best_model_score)
+    finally:  # the run's checkpoints and logs: its numbers are in the result
+        shutil.rmtree(work, ignore_errors=True)
     return result
 
 

@@ -166,7 +166,7 @@ def main() -> None:
         chosen, tuning = {}, {}
         for method in METHODS:
             settings = grid(method)
-            best, results = runner.tune(settings, lambda r: -r["train"], plan)
+            best, results = runner.tune(settings, lambda r: -r["train"], plan, metric="-training objective (final)")
             chosen[method], tuning[method] = best, [(s, float(np.mean([r["train"] for r in results[s]])))
                                                     for s in settings]
             print(f"{method}: {best} train F = {dict(tuning[method])[best]:.4f}", flush=True)

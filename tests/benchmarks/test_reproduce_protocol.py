@@ -66,6 +66,106 @@ def test_tuning_runs_only_selection_seeds_and_picks_the_best_mean():
     assert [r["seed"] for r in results["b"]] == [100, 101]
 
 
+def test_tuning_breaks_ties_by_the_settings_order():
+    runner = common.Runner(lambda setting, seed: {"score": 1.0}, workers=1)
+    best, _ = runner.tune(["z", "a"], lambda r: r["score"], common.SeedPlan(reported=(0, 1), selection=(100,)))
+    assert best == "z"
+
+
+def test_a_setting_ruled_out_on_a_seed_does_not_run_the_later_seeds():
+    runner = common.Runner(_record, workers=1)
+    plan = common.SeedPlan(reported=(0, 1), selection=(100, 101))
+    best, results = runner.tune(["a", "b"], lambda r: r["score"], plan,
+                                rule_out=lambda r: "constraint violated" if r["setting"] == "b" else None)
+    assert best == "a"  # b scores higher but is out after its first seed
+    assert [r["seed"] for r in results["b"]] == [100] and [r["seed"] for r in results["a"]] == [100, 101]
+    assert ("b", 101) not in runner.done
+
+
+def test_tuning_is_a_sweep_study_that_a_rerun_resumes(tmp_path):
+    """Runner.tune runs the engine of `fccolit sweep`: with a cache, an Optuna study (one grid trial per setting, its
+    per-seed values, the failed one) in the cache's studies folder; a rerun adds no trial and runs nothing."""
+    import csv
+
+    import optuna
+
+    plan = common.SeedPlan(reported=(0, 1), selection=(100, 101))
+    best, _ = common.Runner(_record, workers=2, cache=tmp_path).tune(["a", "b", "c"], lambda r: r["score"], plan,
+                                                                     metric="val_score")
+    (folder,) = (tmp_path / "studies").iterdir()
+    with (folder / "trials.csv").open() as file:
+        rows = {row["setting"]: row for row in csv.DictReader(file)}
+    assert best == "b" and set(rows) == {"'a'", "'b'", "'c'"}
+    assert {k: rows[k]["state"] for k in rows} == {"'a'": "COMPLETE", "'b'": "COMPLETE", "'c'": "FAIL"}
+    assert float(rows["'b'"]["seed_101"]) == pytest.approx(3.101) and float(rows["'b'"]["value"]) == pytest.approx(3.1005)
+    assert "val_score" in (folder / "trials.md").read_text()
+    runs = sorted(p.name for p in tmp_path.glob("*.json"))
+    assert len(runs) == 6  # 3 settings x 2 selection seeds, cached
+
+    again = common.Runner(_forbidden, workers=1, cache=tmp_path)  # every run and every trial is read back
+    assert again.tune(["a", "b", "c"], lambda r: r["score"], plan, metric="val_score")[0] == "b"
+    study = optuna.load_study(study_name=folder.name, storage=f"sqlite:///{folder / 'study.db'}")
+    assert len(study.trials) == 3
+
+
+def _forbidden(setting, seed):
+    raise AssertionError(f"{setting!r} seed {seed} ran again")
+
+
+KILLED_TUNE = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {reproduce!r})
+import common
+
+def run(setting, seed):
+    if setting == "slow" and not Path({flag!r}).exists():
+        Path({started!r}).write_text("running")
+        time.sleep(600)
+    return {{"score": {{"fast": 1.0, "slow": 2.0}}[setting]}}
+
+if __name__ == "__main__":
+    plan = common.SeedPlan(reported=(0, 1), selection=(100,))
+    best, _ = common.Runner(run, workers=1, cache=Path({cache!r})).tune(["fast", "slow"], lambda r: r["score"], plan)
+    print("best", best)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_tuning_resumes_with_its_running_trial_requeued(tmp_path):
+    """SIGKILL while a trial runs; the rerun re-queues it (same setting), finishes it and keeps the complete one."""
+    import csv
+    import os
+    import signal
+    import subprocess
+    import time
+
+    flag, started, cache = tmp_path / "let-it-finish", tmp_path / "started", tmp_path / "cache"
+    script = tmp_path / "tune.py"
+    script.write_text(KILLED_TUNE.format(reproduce=str(REPRODUCE), flag=str(flag), started=str(started),
+                                         cache=str(cache)))
+    killed = subprocess.Popen([sys.executable, str(script)], start_new_session=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not started.exists():
+            assert killed.poll() is None and time.monotonic() < deadline, "the tuning ended or never reached the trial"
+            time.sleep(0.2)
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    flag.write_text("go")
+    rerun = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "best 'slow'" in rerun.stdout or "best slow" in rerun.stdout
+    assert "re-queued trial(s)" in rerun.stdout
+    (folder,) = (cache / "studies").iterdir()
+    with (folder / "trials.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    states = sorted((row["setting"], row["state"]) for row in rows)
+    assert states == [("'fast'", "COMPLETE"), ("'slow'", "COMPLETE"), ("'slow'", "FAIL")]
+
+
 def test_paired_verdict_three_outcomes_and_direction():
     up = common.paired_verdict([0.80, 0.81, 0.82, 0.83, 0.84], [0.70, 0.72, 0.71, 0.75, 0.74])
     assert up.verdict == "reproduced" and up.ahead == 5 and up.low > 0
