@@ -766,6 +766,18 @@ class Study:
     Raises:
         SweepError: under ``grid``, a parameter without a finite set of values, or more ``trials`` than points; under
             ``tpe``, no ``trials``.
+
+    Example:
+        A function of one parameter, every point of its grid once, in a new folder (its progress lines kept aside):
+
+        >>> import io, tempfile
+        >>> class Quadratic(Study):
+        ...     def evaluate(self, trial, values):
+        ...         return {str(seed): seed / 1000 - (values["x"] - 2) ** 2 for seed in self.seeds}
+        >>> study = Quadratic(tempfile.mkdtemp(), parse_space("x: {type: int, low: 0, high: 4}"), [0, 1], "score",
+        ...                   "maximize", sampler="grid", out=io.StringIO())
+        >>> study.run(), study.study.best_params, len(study.study.trials)
+        (0, {'x': 2}, 5)
     """
 
     def __init__(self, folder: str | os.PathLike, parameters: list[Parameter], seeds: Sequence[int], metric: str,

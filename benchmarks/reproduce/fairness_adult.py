@@ -41,7 +41,9 @@ Protocol ([open]: the paper leaves it open; [budget]: shortened to fit a shared 
   constraint is ≤ 0 on every selection seed, the highest mean validation AUROC; if no setting qualifies, the
   smallest worst validation constraint over the seeds. Every run has the full budget and its decay. The selection
   seeds run one after the other, and a setting violated on a seed is not run on the later ones (it cannot be
-  selected, so the choice is the one running every seed would give). The chosen settings then run on the reported
+  selected, so the choice is the one running every seed would give). The choice is made by ``common.Runner.tune``,
+  the engine of ``fccolit sweep`` (a study per choice under ``<cache>/tuning/studies/``, which a stopped run
+  resumes). The chosen settings then run on the reported
   seeds 0, 1, 2, 3, 4 (the paper: 5 seeds), which give every table and verdict;
 * reported, as the paper: the training AUROC ("objective AUC value") and the worst constraint ``max_i h_i`` on the
   whole training split after every epoch (``h = |gap| − κ`` of the sigmoid-surrogate TPR / FPR gaps; ≤ 0: every
