@@ -838,6 +838,10 @@ class Study:
     def stop_runs(self) -> None:
         """Stop the runs in progress (a fatal error, a signal)."""
 
+    def after_failures(self) -> str:
+        """What the last line adds when the study stops short of its trials (what to do next)."""
+        return ""
+
     # -- settings
     def settings(self) -> dict[str, Any]:
         """What the study is started with (stored in it; see :data:`_COMPARED_SETTINGS`)."""
@@ -1025,8 +1029,7 @@ class Study:
             last = self.failures[-1] if self.failures else (
                 f"trial {failed[-1].number}: {failed[-1].user_attrs.get('error', 'failed')}" if failed else "")
             self.say(f"fccolit sweep: stopped after {len(self.failures) or len(failed)} failed trials ({complete} of "
-                     f"{self.trials} complete); the last: {last}. Fix the config or the space and rerun to continue"
-                     + (" (a grid point that failed is not run again: start a new study)." if self.grid else "."))
+                     f"{self.trials} complete); the last: {last}.{self.after_failures()}")
             return 1
         best = study.best_trial
         self.say(f"fccolit sweep: {complete} trial(s) complete; best: trial {best.number}, {self.metric} "
@@ -1152,6 +1155,10 @@ class Sweep(Study):
         ]
         _write_atomically(self.folder / "best.yaml", "\n".join(header) + "\n"
                           + yaml.safe_dump(with_values(self.config, values), sort_keys=False))
+
+    def after_failures(self) -> str:
+        return (" Fix the config or the space and rerun to continue"
+                + (" (a grid point that failed is not run again: start a new study)." if self.grid else "."))
 
     def outputs(self) -> str:
         return (f"{self.folder / 'trials.csv'}, trials.md and best.yaml "

@@ -477,6 +477,9 @@ class _RunnerStudy(Study):
                 raise TrialFailed(f"ruled out on seed {seed}: {why}")
         return seed_values
 
+    def after_failures(self) -> str:
+        return " No setting is left to choose: the script's fallback, if it has one, decides."
+
     def run(self) -> int:
         self.runner.start()
         return super().run()

@@ -6,7 +6,8 @@ knobs the paper tunes swept (ALEXR2's inner step η, outer step α, Moreau param
     python benchmarks/reproduce/fairness_adult.py [--quick | --reduced] [--epochs E] [--seeds S] [--jobs J]
 
 The full protocol below is ``python benchmarks/reproduce/fairness_adult.py --jobs 2`` (20 epochs, three selection
-seeds, every reading selected on its own; about 50 min of one core); ``--epochs 60`` runs the paper's budget
+seeds, every reading selected on its own; 178 runs, 68 min of one core, 24 min of wall time with ``--jobs 2`` on
+2 cores); ``--epochs 60`` runs the paper's budget
 (``fairness_adult_<E>epochs.md``). ``--reduced`` is the protocol cut to fit a loaded shared CPU, stated in the
 results file when used: 5 epochs (decay at epochs 2 and 4), the first two selection seeds (100, 101), and the
 "ours" rows at the headline's selected knobs instead of selected again.
