@@ -838,8 +838,9 @@ class Study:
     def stop_runs(self) -> None:
         """Stop the runs in progress (a fatal error, a signal)."""
 
-    def after_failures(self) -> str:
-        """What the last line adds when the study stops short of its trials (what to do next)."""
+    def after_failures(self, complete: int) -> str:
+        """What the last line adds when the study stops short of its trials with ``complete`` of them complete (what
+        to do next)."""
         return ""
 
     # -- settings
@@ -1029,7 +1030,7 @@ class Study:
             last = self.failures[-1] if self.failures else (
                 f"trial {failed[-1].number}: {failed[-1].user_attrs.get('error', 'failed')}" if failed else "")
             self.say(f"fccolit sweep: stopped after {len(self.failures) or len(failed)} failed trials ({complete} of "
-                     f"{self.trials} complete); the last: {last}.{self.after_failures()}")
+                     f"{self.trials} complete); the last: {last}.{self.after_failures(complete)}")
             return 1
         best = study.best_trial
         self.say(f"fccolit sweep: {complete} trial(s) complete; best: trial {best.number}, {self.metric} "
@@ -1156,7 +1157,7 @@ class Sweep(Study):
         _write_atomically(self.folder / "best.yaml", "\n".join(header) + "\n"
                           + yaml.safe_dump(with_values(self.config, values), sort_keys=False))
 
-    def after_failures(self) -> str:
+    def after_failures(self, complete: int) -> str:
         return (" Fix the config or the space and rerun to continue"
                 + (" (a grid point that failed is not run again: start a new study)." if self.grid else "."))
 

@@ -384,7 +384,7 @@ class Runner:
             runs on the selection seeds (those that ran, in seed order).
 
         Raises:
-            RuntimeError: every setting failed (diverged).
+            RuntimeError: every setting failed (diverged, or was ruled out).
         """
         import hashlib
         import tempfile
@@ -399,7 +399,8 @@ class Runner:
             values = {t.params["setting"]: t.value for t in study.study.get_trials(deepcopy=False)
                       if t.state.name == "COMPLETE"}
         if not values:
-            raise RuntimeError(f"every setting of the grid diverged (the trials: {folder / 'trials.md'})")
+            raise RuntimeError("every setting of the grid failed: diverged or ruled out (the trials: "
+                               f"{folder / 'trials.md'})")
         best = max((label for label in labels if label in values), key=values.__getitem__)
         ran = self.ran([(s, seed) for s in settings for seed in seeds.selection])
         runs = {s: [ran[(s, seed)] for seed in seeds.selection if (s, seed) in ran] for s in settings}
@@ -477,7 +478,9 @@ class _RunnerStudy(Study):
                 raise TrialFailed(f"ruled out on seed {seed}: {why}")
         return seed_values
 
-    def after_failures(self) -> str:
+    def after_failures(self, complete: int) -> str:
+        if complete:
+            return " The choice is among the complete trials."
         return " No setting is left to choose: the script's fallback, if it has one, decides."
 
     def run(self) -> int:
