@@ -386,14 +386,16 @@ class Runner:
         Raises:
             RuntimeError: every setting failed (diverged, or was ruled out).
         """
+        import contextlib
         import hashlib
         import tempfile
 
         settings = list(dict.fromkeys(settings))
         labels = setting_labels(settings)
         key = hashlib.sha256(repr((metric, labels, [repr(s) for s in settings], seeds.selection)).encode())
-        with tempfile.TemporaryDirectory(prefix="fccolit-tune-") as scratch:
-            folder = (self.cache / "studies" if self.cache is not None else Path(scratch)) / key.hexdigest()[:16]
+        scratch = contextlib.nullcontext() if self.cache is not None else tempfile.TemporaryDirectory(prefix="fccolit-tune-")
+        with scratch as temporary:
+            folder = (self.cache / "studies" if self.cache is not None else Path(temporary)) / key.hexdigest()[:16]
             study = _RunnerStudy(self, folder, dict(zip(labels, settings)), score, seeds.selection, metric, rule_out)
             study.run()
             values = {t.params["setting"]: t.value for t in study.study.get_trials(deepcopy=False)
