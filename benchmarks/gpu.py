@@ -325,10 +325,49 @@ def run(quick: bool, only: list[str] | None = None, log=print, after_workload=No
     return out
 
 
-def profile(name: str, quick: bool, folder: Path, log=print, steps: int = 10) -> list[Path]:
+def sync_sources(fit: Callable[[], None], depth: int = 4) -> str:
+    """Run ``fit()`` under ``torch.cuda.set_sync_debug_mode("warn")`` and list the places that made the host wait
+    for the device (a read of a device value, a synchronizing copy), each by the ``depth`` innermost frames of the
+    fccolit package (else of any code outside torch, e.g. Lightning's) that led there, most frequent first."""
+    import traceback
+    import warnings
+
+    import fccolit
+
+    if not torch.cuda.is_available():
+        return "(no CUDA device: nothing to wait for)"
+    package = str(Path(fccolit.__file__).resolve().parent)  # the library's frames, else the innermost others
+    counts: dict[str, int] = {}
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        frames = [f for f in traceback.extract_stack()[:-1] if "/torch/" not in f.filename
+                  and "/warnings.py" not in f.filename]
+        ours = [f for f in frames if str(Path(f.filename).resolve()).startswith(package)] or frames
+        key = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(ours[-depth:]))
+        counts[key] = counts.get(key, 0) + 1
+
+    previous = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fit()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+            warnings.showwarning = previous
+    lines = [f"{'waits':>6}  where (innermost first)"]
+    lines += [f"{n:6d}  {key}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    return "\n".join(lines)
+
+
+def profile(name: str, quick: bool, folder: Path, log=print, steps: int = 10,
+            precisions: tuple[str, ...] = PRECISIONS) -> list[Path]:
     """``torch.profiler`` tables of a ``steps``-step fit of each side (plain, FCCO) of workload ``name`` in each
-    precision: ``<folder>/profile_<name>_<side>_<precision>.txt``, the 25 operators with the largest self time on
-    the device (self CPU time off CUDA), so a ratio row can be explained operator by operator."""
+    of ``precisions``: ``<folder>/profile_<name>_<case>_<side>_<precision>.txt``, the 25 operators with the
+    largest self time on the device (self CPU time off CUDA), the 25 with the largest host (CPU) time, and the
+    places that made the host wait for the device in a second such fit (:func:`sync_sources`), so
+    a ratio row can be explained operator by operator."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -340,20 +379,28 @@ def profile(name: str, quick: bool, folder: Path, log=print, steps: int = 10) ->
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for precision in PRECISIONS:
-        for label, factories in work.pairs.items():
+    for precision in precisions:
+        for case, (label, factories) in enumerate(work.pairs.items()):
             for side, factory in zip(("plain", "fcco"), factories):
                 torch.manual_seed(0)
                 module = factory(data)
                 with torch_profile(activities=activities) as prof:
                     fcco_overhead.trainer(1, steps, accelerator=accelerator, precision=precision).fit(
                         module, datamodule=data)
-                sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
-                path = folder / f"profile_{name}_{side}_{precision}.txt"
-                path.write_text(f"{label}, {side}, {precision}, {steps} steps ({work.title})\n"
-                                + prof.key_averages().table(sort_by=sort, row_limit=25) + "\n")
+                torch.manual_seed(0)
+                module = factory(data)
+                waits = sync_sources(lambda: fcco_overhead.trainer(1, steps, accelerator=accelerator,
+                                                                   precision=precision).fit(module, datamodule=data))
+                averages = prof.key_averages()
+                tables = [f"{label}, {side}, {precision}, {steps} steps ({work.title})"]
+                if cuda:
+                    tables += ["device time:", averages.table(sort_by="self_cuda_time_total", row_limit=25)]
+                tables += ["host time:", averages.table(sort_by="self_cpu_time_total", row_limit=25),
+                           f"host waits for the device ({steps} steps):", waits]
+                path = folder / f"profile_{name}_{case}_{side}_{precision}.txt"
+                path.write_text("\n".join(tables) + "\n")
                 written.append(path)
-                log(f"profiled {name} {side} {precision}: {path}")
+                log(f"profiled {name} {label} {side} {precision}: {path}")
     return written
 
 
@@ -403,15 +450,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", nargs="*", default=None, choices=["resnet20", "densenet121", "neumf", "clip"])
     ap.add_argument("--out", type=Path, default=None,
                     help="results file (default: benchmarks/results/gpu_<device>.md on a GPU, none with --quick)")
-    ap.add_argument("--profile", choices=["resnet20", "densenet121", "neumf", "clip"], default=None,
-                    help="instead of the ratios: torch.profiler tables of this workload's plain and FCCO fits, each "
-                         "precision, written beside --out (default: benchmarks/out/)")
+    ap.add_argument("--profile", nargs="+", choices=["resnet20", "densenet121", "neumf", "clip"], default=None,
+                    help="instead of the ratios: torch.profiler tables of these workloads' plain and FCCO fits "
+                         "(device time, host time, where the host waits for the device), written beside --out "
+                         "(default: benchmarks/out/)")
+    ap.add_argument("--precision", nargs="+", choices=PRECISIONS, default=list(PRECISIONS),
+                    help="with --profile: the precisions to profile")
     args = ap.parse_args(argv)
     torch.set_float32_matmul_precision("highest")
     if args.profile:
         folder = args.out.parent if args.out is not None else Path(__file__).resolve().parent / "out"
-        for path in profile(args.profile, args.quick, folder, log=lambda s: print(s, file=sys.stderr, flush=True)):
-            print(path.read_text())
+        for name in args.profile:
+            for path in profile(name, args.quick, folder, log=lambda s: print(s, file=sys.stderr, flush=True),
+                                precisions=tuple(args.precision)):
+                print(path.read_text())
         return
     if not torch.cuda.is_available():
         torch.set_num_threads(1)  # --quick on the CPU: these tiny models gain nothing from more threads

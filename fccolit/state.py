@@ -50,6 +50,33 @@ INITIAL_STATES = ("first_estimate", "zero", "projected_zero")
 _EXACT_FLOAT64_INTEGERS = 2**53  # every integer up to this is exact in float64 (the packed all-gather of an update)
 
 
+def _group_means(index: torch.Tensor, *values: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """For each of ``values`` (``[N, d]`` or None): at each position, the mean over the positions holding the same
+    ``index`` (summed in position order, as ``index_add_`` along ``torch.unique``'s inverse does); fixed shapes, no
+    host sync.
+
+    Example:
+        >>> _group_means(torch.tensor([3, 1, 3]), torch.tensor([[1.0], [5.0], [2.0]]))[0].flatten().tolist()
+        [1.5, 5.0, 1.5]
+    """
+    order = torch.sort(index, stable=True).indices
+    ordered = index.index_select(0, order)
+    starts = torch.ones_like(ordered, dtype=torch.bool)
+    starts[1:] = ordered[1:] != ordered[:-1]
+    group = torch.cumsum(starts, 0) - 1  # [N] the group of each sorted position
+    counts = None
+    out = []
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        if counts is None:
+            counts = torch.zeros_like(v[:, :1]).index_add_(0, group, torch.ones_like(v[:, :1])).clamp_min_(1.0)
+        sums = torch.zeros_like(v).index_add_(0, group, v.index_select(0, order))
+        out.append(torch.empty_like(v).index_copy_(0, order, (sums / counts).index_select(0, group)))
+    return out
+
+
 @dataclass
 class StateUpdate:
     """The batch's state rows before and after one :meth:`IndexedState.update`, aligned with its ``index``.
@@ -258,7 +285,8 @@ class IndexedState(nn.Module):
                     "comes from the DataModule's sizes (linked to the model by the CLI): check that the model was "
                     "built for this data, and that the batch field holding the index is the right one."
                 )
-            if not bool(torch.isfinite(estimate).all()):
+            # min and max propagate NaN and show ±inf: one reduction tells whether every value is finite
+            if not all(math.isfinite(float(v)) for v in torch.aminmax(estimate)):
                 raise FloatingPointError(
                     f"state '{self.name}': the inner estimate has non-finite values at batch positions "
                     f"{torch.nonzero(~torch.isfinite(estimate).all(-1)).flatten()[:10].tolist()}: the model produced "
@@ -270,6 +298,15 @@ class IndexedState(nn.Module):
             )
 
     # ------------------------------------------------------------------ update
+    #: how :meth:`update` merges an index that occurs several times in a step: ``None`` (default) by the device,
+    #: ``torch.unique`` on the CPU (one op, then a plain update in the batch's order when there is no duplicate) and
+    #: sorted group means everywhere else (no host sync: the number of distinct rows is never read); True / False
+    #: force the group means / ``torch.unique`` (the tests compare them)
+    dedupe_in_place: bool | None = None
+
+    def _dedupe_in_place(self, index: torch.Tensor) -> bool:
+        return index.device.type != "cpu" if self.dedupe_in_place is None else self.dedupe_in_place
+
     @torch.no_grad()
     def update(
         self,
@@ -316,20 +353,30 @@ class IndexedState(nn.Module):
         all_index, all_est = tensors[0], tensors[1].to(self.value.dtype)
         all_corr = tensors[2].to(self.value.dtype) if correction is not None else None
 
-        rows, inverse = torch.unique(all_index, sorted=False, return_inverse=True)
-        if rows.shape[0] == all_index.shape[0]:
-            # no duplicates (the common case): work in the batch's own order
-            rows, est, corr, local = all_index, all_est, all_corr, None
-        else:  # duplicates: one update per row with the mean of its estimates (independent of their order)
-            counts = torch.zeros(rows.shape[0], 1, dtype=all_est.dtype, device=all_est.device)
-            counts.index_add_(0, inverse, torch.ones_like(all_est[:, :1]))
-            est = torch.zeros(rows.shape[0], self.dim, dtype=all_est.dtype, device=all_est.device)
-            est = est.index_add_(0, inverse, all_est) / counts
-            corr = None if all_corr is None else torch.zeros_like(est).index_add_(0, inverse, all_corr) / counts
-            local = inverse
+        local = None
+        if self._dedupe_in_place(all_index):
+            # no host sync (an accelerator): each position gets the mean of its row's estimates and its row's update,
+            # so a row that occurs several times is written several times with the same value
+            rows, (est, corr) = all_index, _group_means(all_index, all_est, all_corr)
+        else:
+            rows, inverse = torch.unique(all_index, sorted=False, return_inverse=True)
+            if rows.shape[0] == all_index.shape[0]:
+                # no duplicates (the common case): work in the batch's own order
+                rows, est, corr = all_index, all_est, all_corr
+            else:  # duplicates: one update per row with the mean of its estimates (independent of their order)
+                counts = torch.zeros(rows.shape[0], 1, dtype=all_est.dtype, device=all_est.device)
+                counts.index_add_(0, inverse, torch.ones_like(all_est[:, :1]))
+                est = torch.zeros(rows.shape[0], self.dim, dtype=all_est.dtype, device=all_est.device)
+                est = est.index_add_(0, inverse, all_est) / counts
+                corr = None if all_corr is None else torch.zeros_like(est).index_add_(0, inverse, all_corr) / counts
+                local = inverse
 
-        unvisited = torch.isnan(self.value.index_select(0, rows))  # rows are NaN in every component or in none
-        old = self.read(rows)  # unvisited: U₁ (decayed), or NaN for the first estimate
+        if self.initial_value is None and not self.decay_unsampled:  # read() would be this one index_select
+            old = self.value.index_select(0, rows)  # unvisited: NaN
+            unvisited = torch.isnan(old)  # rows are NaN in every component or in none
+        else:
+            unvisited = torch.isnan(self.value.index_select(0, rows))
+            old = self.read(rows)  # unvisited: U₁ (decayed), or NaN for the first estimate
         first_estimate = self.initial_value is None
         if first_estimate:
             old = torch.where(unvisited, est, old)  # first visit: u^{t−1} := ĝ_i
@@ -349,7 +396,8 @@ class IndexedState(nn.Module):
                 self.log_decay_total.add_(torch.log1p(-gamma).clamp_min(-1000.0))
             else:
                 self.log_decay_total.add_(max(math.log1p(-ema_weight), -1000.0) if ema_weight < 1.0 else -1000.0)
-            self.log_decay_mark.index_fill_(0, rows, self.log_decay_total)
+            # index_copy_ of the expanded total: index_fill_ with a tensor value reads it on the host (a device sync)
+            self.log_decay_mark.index_copy_(0, rows, self.log_decay_total.expand(rows.shape[0]))
 
         if local is None and local_size == all_index.shape[0]:
             return StateUpdate(previous=old, current=new, first_visit=unvisited[:, 0])

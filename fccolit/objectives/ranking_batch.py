@@ -136,7 +136,9 @@ def row_weights(batch: dict[str, torch.Tensor], q: torch.Tensor, normalization: 
     r = q.numel()
     if normalization in ("per_query", "query_mean"):
         b = batch["pair_index"].shape[0]
-        per_row = torch.bincount(q, minlength=b).to(dtype).index_select(0, q)
+        # anchors per query by index_add_ (bincount sizes its output by q's maximum: a host sync on an accelerator)
+        per_row = torch.zeros(b, dtype=dtype, device=q.device).index_add_(0, q, torch.ones_like(q, dtype=dtype))
+        per_row = per_row.index_select(0, q)
         if normalization == "query_mean":
             return (r / b) / per_row
         n_rel = field(batch, "num_relevant", "normalization='per_query'").to(dtype).index_select(0, q)
