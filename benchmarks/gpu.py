@@ -3,7 +3,12 @@
     python benchmarks/gpu.py            # one CUDA device (192 s on an H200; results/gpu_nvidia_h200.md); writes
                                         # benchmarks/results/gpu_<device>.md (then: python benchmarks/collect.py)
     python benchmarks/gpu.py --quick    # tiny shapes, a few steps, on the CPU when there is no GPU (seconds)
-    python benchmarks/gpu.py --profile clip --out DIR/x   # torch.profiler tables of one workload's fits, into DIR
+    python benchmarks/gpu.py --profile resnet20 neumf --precision 32-true --out DIR/x
+                                        # torch.profiler tables of these workloads' fits (device time, host time)
+                                        # and where the host waits for the device, into DIR
+
+Two companions judge a change within one lease: ``benchmarks/gpu_ab.py TREE_A TREE_B`` (these ratio rows for two
+source trees, alternately) and ``benchmarks/gpu_host_wait.py TREE ...`` (how long a state update blocks the host).
 
 ``python benchmarks/run.py --gpu`` runs it and assembles RESULTS.md. Nothing is downloaded and nothing needs
 editing: every model is built with random weights and every batch is generated.
@@ -268,10 +273,10 @@ def autocast_of(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16-mixed" else None
 
 
-def run(quick: bool, only: list[str] | None = None, log=print, after_workload=None) -> dict:
+def run(quick: bool, only: list[str] | None = None, log=print, after_workload=None, libauc: bool = True) -> dict:
     """Every row: ``{"ratio": [...], "libauc": [...], "device": str, "seconds": float}``; ``after_workload(result)``
     is called with the rows so far after each workload (``main`` rewrites the results file: a run cut short keeps
-    the workloads it finished)."""
+    the workloads it finished); ``libauc`` False: the ratio rows only."""
     cuda = torch.cuda.is_available()
     if not (cuda or quick):
         raise SystemExit("benchmarks/gpu.py needs a CUDA device (or --quick, which runs tiny shapes on the CPU)")
@@ -297,7 +302,7 @@ def run(quick: bool, only: list[str] | None = None, log=print, after_workload=No
                 out["ratio"].append(row)
                 log(f"[{time.perf_counter() - start:5.0f} s] {name} {label} {precision}: plain {p:.2f} ms, "
                     f"FCCO {f:.2f} ms, ratio {f / p:.3f}, peak {mem[0]:.0f} / {mem[1]:.0f} MiB")
-            for label, make in work.libauc.items():
+            for label, make in (work.libauc if libauc else {}).items():
                 skip = libauc_compare.libauc_available()
                 row = {"workload": work.title, "case": label, "precision": precision}
                 steps = None

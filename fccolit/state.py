@@ -50,33 +50,6 @@ INITIAL_STATES = ("first_estimate", "zero", "projected_zero")
 _EXACT_FLOAT64_INTEGERS = 2**53  # every integer up to this is exact in float64 (the packed all-gather of an update)
 
 
-def _group_means(index: torch.Tensor, *values: torch.Tensor | None) -> list[torch.Tensor | None]:
-    """For each of ``values`` (``[N, d]`` or None): at each position, the mean over the positions holding the same
-    ``index`` (summed in position order, as ``index_add_`` along ``torch.unique``'s inverse does); fixed shapes, no
-    host sync.
-
-    Example:
-        >>> _group_means(torch.tensor([3, 1, 3]), torch.tensor([[1.0], [5.0], [2.0]]))[0].flatten().tolist()
-        [1.5, 5.0, 1.5]
-    """
-    order = torch.sort(index, stable=True).indices
-    ordered = index.index_select(0, order)
-    starts = torch.ones_like(ordered, dtype=torch.bool)
-    starts[1:] = ordered[1:] != ordered[:-1]
-    group = torch.cumsum(starts, 0) - 1  # [N] the group of each sorted position
-    counts = None
-    out = []
-    for v in values:
-        if v is None:
-            out.append(None)
-            continue
-        if counts is None:
-            counts = torch.zeros_like(v[:, :1]).index_add_(0, group, torch.ones_like(v[:, :1])).clamp_min_(1.0)
-        sums = torch.zeros_like(v).index_add_(0, group, v.index_select(0, order))
-        out.append(torch.empty_like(v).index_copy_(0, order, (sums / counts).index_select(0, group)))
-    return out
-
-
 @dataclass
 class StateUpdate:
     """The batch's state rows before and after one :meth:`IndexedState.update`, aligned with its ``index``.
@@ -298,15 +271,6 @@ class IndexedState(nn.Module):
             )
 
     # ------------------------------------------------------------------ update
-    #: how :meth:`update` merges an index that occurs several times in a step: ``None`` (default) by the device,
-    #: ``torch.unique`` on the CPU (one op, then a plain update in the batch's order when there is no duplicate) and
-    #: sorted group means everywhere else (no host sync: the number of distinct rows is never read); True / False
-    #: force the group means / ``torch.unique`` (the tests compare them)
-    dedupe_in_place: bool | None = None
-
-    def _dedupe_in_place(self, index: torch.Tensor) -> bool:
-        return index.device.type != "cpu" if self.dedupe_in_place is None else self.dedupe_in_place
-
     @torch.no_grad()
     def update(
         self,
@@ -353,23 +317,17 @@ class IndexedState(nn.Module):
         all_index, all_est = tensors[0], tensors[1].to(self.value.dtype)
         all_corr = tensors[2].to(self.value.dtype) if correction is not None else None
 
-        local = None
-        if self._dedupe_in_place(all_index):
-            # no host sync (an accelerator): each position gets the mean of its row's estimates and its row's update,
-            # so a row that occurs several times is written several times with the same value
-            rows, (est, corr) = all_index, _group_means(all_index, all_est, all_corr)
-        else:
-            rows, inverse = torch.unique(all_index, sorted=False, return_inverse=True)
-            if rows.shape[0] == all_index.shape[0]:
-                # no duplicates (the common case): work in the batch's own order
-                rows, est, corr = all_index, all_est, all_corr
-            else:  # duplicates: one update per row with the mean of its estimates (independent of their order)
-                counts = torch.zeros(rows.shape[0], 1, dtype=all_est.dtype, device=all_est.device)
-                counts.index_add_(0, inverse, torch.ones_like(all_est[:, :1]))
-                est = torch.zeros(rows.shape[0], self.dim, dtype=all_est.dtype, device=all_est.device)
-                est = est.index_add_(0, inverse, all_est) / counts
-                corr = None if all_corr is None else torch.zeros_like(est).index_add_(0, inverse, all_corr) / counts
-                local = inverse
+        rows, inverse = torch.unique(all_index, sorted=False, return_inverse=True)
+        if rows.shape[0] == all_index.shape[0]:
+            # no duplicates (the common case): work in the batch's own order
+            rows, est, corr, local = all_index, all_est, all_corr, None
+        else:  # duplicates: one update per row with the mean of its estimates (independent of their order)
+            counts = torch.zeros(rows.shape[0], 1, dtype=all_est.dtype, device=all_est.device)
+            counts.index_add_(0, inverse, torch.ones_like(all_est[:, :1]))
+            est = torch.zeros(rows.shape[0], self.dim, dtype=all_est.dtype, device=all_est.device)
+            est = est.index_add_(0, inverse, all_est) / counts
+            corr = None if all_corr is None else torch.zeros_like(est).index_add_(0, inverse, all_corr) / counts
+            local = inverse
 
         if self.initial_value is None and not self.decay_unsampled:  # read() would be this one index_select
             old = self.value.index_select(0, rows)  # unvisited: NaN

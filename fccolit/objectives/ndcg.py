@@ -160,9 +160,7 @@ class NDCGSurrogate(RankingObjective):
         computed without a weight matrix; when the anchors fill the leading columns (the recommendation layout:
         P relevant items, then the others) the pairs are laid out as ``[B, P, L]`` without gathering rows."""
         mask = batch.get("mask")
-        # on an accelerator a mask is applied without asking whether it is full (the answer is a host sync); a full
-        # mask gives the same values either way
-        padded = mask is not None and (mask.device.type != "cpu" or not bool(mask.all()))
+        padded = mask is not None and not bool(mask.all())
         if padded:
             scores = torch.where(mask.to(torch.bool), scores, torch.zeros_like(scores))
         if self.inner_estimator == "stratified":

@@ -73,3 +73,52 @@ def test_full_run_models_are_the_named_ones(gpu, no_downloads):
 def test_docstring_examples(gpu):
     result = doctest.testmod(gpu, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.slow
+def test_profile_mode_writes_device_host_and_wait_tables(gpu, tmp_path, one_thread, no_downloads):
+    """``--profile`` (the mode that found where the host waits for the GPU) runs on the CPU too: one table file per
+    case, side and precision, each with the host-time table and the waits section."""
+    gpu.main(["--quick", "--profile", "neumf", "--precision", "32-true", "--out", str(tmp_path / "x")])
+    files = sorted(p.name for p in tmp_path.glob("profile_*.txt"))
+    assert files == [f"profile_neumf_{case}_{side}_32-true.txt" for case in (0, 1) for side in ("fcco", "plain")]
+    text = (tmp_path / "profile_neumf_0_fcco_32-true.txt").read_text()
+    assert text.startswith("SONG vs listwise CE, fcco, 32-true") and "host time:" in text
+    assert "aten::" in text and "host waits for the device" in text
+
+
+@pytest.mark.slow
+def test_ab_mode_imports_each_tree_and_tabulates_both(tmp_path, no_downloads):
+    """``gpu_ab.py`` runs each tree's library in its own process (checked by the file it imported) and tabulates the
+    ratios of both; here the same checkout twice, quick, on the CPU."""
+    import subprocess
+
+    root = BENCHMARKS.parent
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_ab.py"), str(root), str(root), "--quick",
+                           "--rounds", "1", "--only", "neumf"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| NeuMF")]
+    assert len(rows) == 4  # SONG and K-SONG, fp32 and bf16
+    for row in rows:
+        a, b, change = (float(c) for c in row.split("|")[4:7])
+        assert a > 0 and b > 0 and change == pytest.approx(b / a, rel=1e-2)
+    bad = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_ab.py"), str(tmp_path), str(root), "--quick"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode != 0 and "holds no fccolit/ package" in bad.stderr
+
+
+def test_host_wait_mode_loads_each_trees_state_and_tabulates(tmp_path):
+    """``gpu_host_wait.py`` (run on a GPU machine to compare the state update of two revisions) on the CPU: a row per
+    tree and the two step-tensor rows, every time a positive number; a folder without the library is refused."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        host_wait = importlib.import_module("gpu_host_wait")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    root = BENCHMARKS.parent
+    text = host_wait.main([str(root), "--quick"])
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 3 and f"`IndexedState.update` of {root}" in rows[0]
+    assert all(float(c) > 0 for r in rows for c in r.split("|")[2:4])
+    with pytest.raises(SystemExit, match="holds no fccolit/state.py"):
+        host_wait.main([str(tmp_path), "--quick"])
