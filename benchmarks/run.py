@@ -10,6 +10,7 @@ Runs, each writing its ``benchmarks/results/<name>.md``, then assembles ``benchm
 (``benchmarks/collect.py``):
 
 * ``fcco_overhead.py``: SONG, K-SONG, ADAP, SONEX, PAUCRange steps versus a plain step, one process and DDP × 2;
+* ``op_count.py``: the same cases' tensor operations per step, FCCO against plain (machine-independent);
 * ``libauc_compare.py``: against LibAUC (AP + dual sampler, SONG + NeuMF, full-ranking NDCG@k), when installed;
 * ``ndcg_eval.py``: the full-ranking NDCG@k metric alone against LibAUC's ``ndcg_at_k``;
 * ``state_scale.py``: per-index state bytes per pair and update time for n = 10^5 … 10^8;
@@ -27,10 +28,11 @@ Runs, each writing its ``benchmarks/results/<name>.md``, then assembles ``benchm
 * ``sparse_libsvm.py`` (full runs only: its one size is the news20-shaped file): sparse LIBSVM memory and step time.
 
 ``--quick`` uses reduced sizes (under 10 minutes on the 2-core development machine); without it, full sizes. The last
-line printed is ``summary: fcco_overhead_max=<x> pauc_inner_ratio_at_512=<p> libauc_speedup_min=<y>``: the worst
-FCCO / plain step ratio of ``fcco_overhead.py`` (one process and DDP), its PAUCRange inner step / plain step ratio
-(one process, MLP 256-512-512-1: width 512) and the smallest fccolit / LibAUC speed-up of ``libauc_compare.py``
-(``nan`` when LibAUC is not installed or a benchmark was skipped).
+line printed is ``summary: fcco_overhead_max=<x> pauc_inner_ratio_at_512=<p> libauc_speedup_min=<y>
+fcco_extra_ops_max=<n>``: the worst FCCO / plain step ratio of ``fcco_overhead.py`` (one process and DDP), its
+PAUCRange inner step / plain step ratio (one process, MLP 256-512-512-1: width 512), the smallest fccolit / LibAUC
+speed-up of ``libauc_compare.py`` and the most operations an FCCO step issues beyond its plain step
+(``op_count.py``) (``nan`` when LibAUC is not installed or a benchmark was skipped).
 """
 
 from __future__ import annotations
@@ -79,9 +81,11 @@ def main() -> None:
     ratios: list[float] = []
     speedups: list[float] = []
     pauc_at_512: list[float] = []
+    extra_ops: list[float] = []
 
     import fcco_overhead
     import libauc_compare
+    import op_count
     import state_scale
 
     with tempfile.TemporaryDirectory(prefix="fccolit-bench-") as tmp:
@@ -98,6 +102,10 @@ def main() -> None:
             # the target algorithms' rows (the "↳" rows are diagnostics, e.g. SONEX without its MSVR pass)
             ratios += [r for table in (one, two) for name, (_, _, r) in table.items() if not name.startswith("↳")]
             pauc_at_512 += [r for name, (_, _, r) in one.items() if name.startswith("PAUCRange inner step (MLP 256-512-")]
+        if "op_count" not in args.skip:
+            counts = op_count.run(args.quick, tmp / "data")
+            op_count.write_result("op_count", op_count.report(counts, command))
+            extra_ops += [f - p for name, (p, f) in counts.items() if not name.startswith("↳")]
         if "libauc_compare" not in args.skip:
             results = libauc_compare.run(args.quick)
             text = libauc_compare.report(results, command)
@@ -135,9 +143,10 @@ def main() -> None:
     # fcco_overhead_max: the largest FCCO / plain step ratio of fcco_overhead.py (one process and DDP × 2);
     # pauc_inner_ratio_at_512: its PAUCRange inner step / BCE step ratio, one process, MLP 256-512-512-1 (issue 29:
     # target <= 1.05); libauc_speedup_min: the smallest fccolit / LibAUC speed-up of libauc_compare.py (nan without
-    # LibAUC). The data path ratios of ranking_data.py (different work on each side) are reported there, not here.
+    # LibAUC); fcco_extra_ops_max: the most tensor operations an FCCO step of op_count.py issues beyond its plain
+    # step. The data path ratios of ranking_data.py (different work on each side) are reported there, not here.
     print(f"summary: fcco_overhead_max={fmt(ratios, max)} pauc_inner_ratio_at_512={fmt(pauc_at_512, max)} "
-          f"libauc_speedup_min={fmt(speedups, min)}")
+          f"libauc_speedup_min={fmt(speedups, min)} fcco_extra_ops_max={fmt(extra_ops, max)}")
 
 
 def reproduce(quick: bool, skip: list[str]) -> None:

@@ -39,6 +39,7 @@ References:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -150,6 +151,13 @@ def threshold_interval(
     return lower, upper
 
 
+def _whole_and_fraction(level: float, n: int) -> tuple[int, float]:
+    """``(⌊l⌋, l − ⌊l⌋)`` for ``0 ≤ l ≤ n`` (the fraction 0 at ``l = n``): the top-``l`` sum of ``n`` sorted entries
+    is the first ``⌊l⌋`` of them plus the fraction of the next."""
+    whole = min(int(math.floor(level)), n)
+    return whole, (level - whole if whole < n else 0.0)
+
+
 def ranked_range_mean(
     values: torch.Tensor, alpha: float, beta: float, weights: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -158,7 +166,17 @@ def ranked_range_mean(
     ``(φ_{βW}(S) − φ_{αW}(S)) / ((β − α)W)`` with ``W`` the total weight (``N`` without weights): with integer
     ``m = αN``, ``n = βN`` this is ``(1/(n − m)) Σ_{k=m+1}^{n} s_[k]``, Yao, Lin & Yang eq. (3) for one positive.
     """
-    total = float(values.shape[-1]) if weights is None else weights.to(values.dtype).sum()
+    if weights is None:  # entries ⌊αN⌋ … ⌊βN⌋ of the sorted row, the two end entries by their fractional shares
+        n = values.shape[-1]
+        s = torch.sort(values, dim=-1, descending=True).values
+        (k_low, f_low), (k_high, f_high) = (_whole_and_fraction(level * n, n) for level in (alpha, beta))
+        total = s[..., k_low:k_high].sum(-1)
+        if f_high > 0.0:
+            total = total + f_high * s[..., k_high]
+        if f_low > 0.0:
+            total = total - f_low * s[..., k_low]
+        return total / ((beta - alpha) * n)
+    total = weights.to(values.dtype).sum()
     ranked = _sorted_with_mass(values, weights)  # one sort for both levels
     return (_top_sum_sorted(*ranked, beta * total) - _top_sum_sorted(*ranked, alpha * total)) / ((beta - alpha) * total)
 

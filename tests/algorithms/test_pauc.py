@@ -148,6 +148,24 @@ def test_weighted_ranked_range_equals_repeated_columns():
     assert torch.allclose(ranked_range_mean(s, 0.5, 1.0, w), ordered[:, 7:].mean(1), atol=TOL)
 
 
+def test_unweighted_ranked_range_mean_equals_the_share_form_in_value_and_gradient():
+    """Without weights the mean is taken from the sorted row directly (entries ⌊αN⌋ … ⌊βN⌋, the ends by their
+    fractional shares); it equals the weighted form with unit weights, values and gradients, at integer and
+    fractional levels, both levels inside one entry, and the edges α = 0 and β = 1."""
+    g = torch.Generator().manual_seed(3)
+    for n in (1, 7, 20):
+        s = torch.randn(4, n, generator=g, dtype=torch.float64)
+        for alpha, beta in ((0.0, 1.0), (0.05, 0.5), (0.1, 0.15), (0.3, 0.95), (0.25, 0.5), (0.0, 0.01), (0.99, 1.0)):
+            fast = s.clone().requires_grad_()
+            shares = s.clone().requires_grad_()
+            value = ranked_range_mean(fast, alpha, beta)
+            reference = ranked_range_mean(shares, alpha, beta, torch.ones(n, dtype=torch.float64))
+            assert torch.allclose(value, reference, atol=1e-12, rtol=0), (n, alpha, beta)
+            value.sum().backward()
+            reference.sum().backward()
+            assert torch.allclose(fast.grad, shares.grad, atol=1e-12, rtol=0), (n, alpha, beta)
+
+
 def test_pauc_objective_is_eq_3_by_brute_force_and_dc_parts():
     x, y = shifted_gaussians(7, 40, 3)
     batch = binary_fields(x, y)
