@@ -56,6 +56,19 @@ from fccolit.testing import (
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 #: the multi-process driver scripts (``tests/ddp/ddp_run*.py``), run by path in subprocesses
 DDP_SCRIPTS = Path(__file__).resolve().parent / "ddp"
+#: the benchmark scripts (``benchmarks/*.py``)
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def import_benchmark(name: str):
+    """``benchmarks/<name>.py`` as a module (the folder is on ``sys.path`` while it and its sibling imports load)."""
+    import sys
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
 
 
 def toy_binary_data(n: int = 40, d: int = 5, m: int = 10, seed: int = 1):

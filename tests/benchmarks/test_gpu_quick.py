@@ -3,24 +3,18 @@ precisions and the LibAUC rows run end to end (tiny shapes, a few steps), so the
 rot between the times one is lent."""
 
 import doctest
-import importlib
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from builders import BENCHMARKS, import_benchmark
 
 
 @pytest.fixture(scope="module")
 def gpu():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("gpu")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return import_benchmark("gpu")
 
 
 @pytest.mark.slow
@@ -110,11 +104,7 @@ def test_ab_mode_imports_each_tree_and_tabulates_both(tmp_path, no_downloads):
 def test_host_wait_mode_loads_each_trees_state_and_tabulates(tmp_path):
     """``gpu_host_wait.py`` (run on a GPU machine to compare the state update of two revisions) on the CPU: a row per
     tree and the two step-tensor rows, every time a positive number; a folder without the library is refused."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        host_wait = importlib.import_module("gpu_host_wait")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    host_wait = import_benchmark("gpu_host_wait")
     root = BENCHMARKS.parent
     text = host_wait.main([str(root), "--quick"])
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]

@@ -2,13 +2,9 @@
 Its counts are budgets here: a change that makes an FCCO step issue more small operations (the fixed cost of a small
 model's step on a CPU core and on a GPU's host thread) fails this test instead of hiding in timing noise."""
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from builders import import_benchmark
 
 #: operations an FCCO step may issue beyond its plain step (75.1 and 68.1 when the budgets were set: raise a budget
 #: only with a reason, in the commit that needs it)
@@ -17,11 +13,7 @@ BUDGETS = {"ADAP (MLP": 80, "PAUCRange inner step (MLP": 72}
 
 @pytest.fixture(scope="module")
 def op_count():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("op_count")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return import_benchmark("op_count")
 
 
 @pytest.mark.slow
