@@ -345,6 +345,8 @@ def sync_sources(fit: Callable[[], None], depth: int = 4) -> str:
     counts: dict[str, int] = {}
 
     def record(message, category, filename, lineno, file=None, line=None):
+        if "synchroniz" not in str(message):  # another warning of the fit (Lightning's, say): not a wait
+            return
         frames = [f for f in traceback.extract_stack()[:-1] if "/torch/" not in f.filename
                   and "/warnings.py" not in f.filename]
         ours = [f for f in frames if str(Path(f.filename).resolve()).startswith(package)] or frames

@@ -408,12 +408,12 @@ class AdaptiveMomentum(_CheckedOptimizer):
             if wd != 0.0 and decoupled:
                 torch._foreach_mul_(ps, 1.0 - lr * wd)
             # the kernel only reads the steps: one tensor per distinct value (the parameters of a group usually share
-            # it), kept on the device and refilled (a kernel launch: a new tensor from a Python number would be a
-            # host-to-device copy the host waits for)
-            # (not optimizer state: an unpickled or deep-copied optimizer makes its own)
+            # it), kept on the device and refilled, a kernel launch (a new tensor made from a Python number is a copy
+            # that the host waits for on a GPU); not optimizer state: an unpickled or copied optimizer makes its own
             buffers = self.__dict__.setdefault("_step_buffers", {}).setdefault(device, [])
             distinct = sorted(set(steps))
-            buffers.extend(torch.empty((), dtype=torch.float32, device=device) for _ in range(len(distinct) - len(buffers)))
+            while len(buffers) < len(distinct):
+                buffers.append(torch.empty((), dtype=torch.float32, device=device))
             shared = {t: buffers[k].fill_(t) for k, t in enumerate(distinct)}
             step_tensors = [shared[t] for t in steps]
             torch._fused_adam_(ps, [p.grad for p in ps], [self.state[p]["exp_avg"] for p in ps],
