@@ -394,10 +394,13 @@ def profile(name: str, quick: bool, folder: Path, log=print, steps: int = 10,
                 with torch_profile(activities=activities) as prof:
                     fcco_overhead.trainer(1, steps, accelerator=accelerator, precision=precision).fit(
                         module, datamodule=data)
-                torch.manual_seed(0)
-                module = factory(data)
-                waits = sync_sources(lambda: fcco_overhead.trainer(1, steps, accelerator=accelerator,
-                                                                   precision=precision).fit(module, datamodule=data))
+
+                def fit_again() -> None:  # a fresh module (built only where there is a device to wait for)
+                    torch.manual_seed(0)
+                    fcco_overhead.trainer(1, steps, accelerator=accelerator, precision=precision).fit(
+                        factory(data), datamodule=data)
+
+                waits = sync_sources(fit_again)
                 averages = prof.key_averages()
                 tables = [f"{label}, {side}, {precision}, {steps} steps ({work.title})"]
                 if cuda:

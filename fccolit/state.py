@@ -196,9 +196,12 @@ class IndexedState(nn.Module):
     def read(self, rows: torch.Tensor) -> torch.Tensor:
         """``[R, dim]``: the current value of ``rows`` (``[R]`` long) with any pending lazy decay applied (unvisited
         rows: U₁ decayed like any row, or NaN with ``initial="first_estimate"``)."""
-        u = self.value.index_select(0, rows)
+        return self._settled(self.value.index_select(0, rows), rows)
+
+    def _settled(self, u: torch.Tensor, rows: torch.Tensor, unvisited: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`read` from the stored rows ``u = value[rows]`` (``unvisited``: ``isnan(u)`` when already known)."""
         if self.initial_value is not None:
-            u = torch.where(torch.isnan(u), self.initial_value, u)
+            u = torch.where(torch.isnan(u) if unvisited is None else unvisited, self.initial_value, u)
         if self.decay_unsampled:
             factor = torch.exp(self.log_decay_total - self.log_decay_mark.index_select(0, rows))
             u = self._project(u * factor.to(u.dtype).unsqueeze(-1))
@@ -329,12 +332,9 @@ class IndexedState(nn.Module):
             corr = None if all_corr is None else torch.zeros_like(est).index_add_(0, inverse, all_corr) / counts
             local = inverse
 
-        if self.initial_value is None and not self.decay_unsampled:  # read() would be this one index_select
-            old = self.value.index_select(0, rows)  # unvisited: NaN
-            unvisited = torch.isnan(old)  # rows are NaN in every component or in none
-        else:
-            unvisited = torch.isnan(self.value.index_select(0, rows))
-            old = self.read(rows)  # unvisited: U₁ (decayed), or NaN for the first estimate
+        stored = self.value.index_select(0, rows)
+        unvisited = torch.isnan(stored)  # rows are NaN in every component or in none
+        old = self._settled(stored, rows, unvisited)  # unvisited: U₁ (decayed), or NaN for the first estimate
         first_estimate = self.initial_value is None
         if first_estimate:
             old = torch.where(unvisited, est, old)  # first visit: u^{t−1} := ĝ_i

@@ -393,7 +393,8 @@ class Runner:
         settings = list(dict.fromkeys(settings))
         labels = setting_labels(settings)
         key = hashlib.sha256(repr((metric, labels, [repr(s) for s in settings], seeds.selection)).encode())
-        scratch = contextlib.nullcontext() if self.cache is not None else tempfile.TemporaryDirectory(prefix="fccolit-tune-")
+        scratch = (contextlib.nullcontext() if self.cache is not None
+                   else tempfile.TemporaryDirectory(prefix="fccolit-tune-"))
         with scratch as temporary:
             folder = (self.cache / "studies" if self.cache is not None else Path(temporary)) / key.hexdigest()[:16]
             study = _RunnerStudy(self, folder, dict(zip(labels, settings)), score, seeds.selection, metric, rule_out)

@@ -57,13 +57,22 @@ def _record(setting, seed):
     return {"setting": setting, "seed": seed, "score": {"a": 1.0, "b": 3.0, "c": float("nan")}[setting] + seed / 1000}
 
 
-def test_tuning_runs_only_selection_seeds_and_picks_the_best_mean():
+def test_tuning_runs_only_selection_seeds_and_picks_the_best_mean(capsys):
     runner = common.Runner(_record, workers=1)
     plan = common.SeedPlan(reported=(0, 1, 2), selection=(100, 101))
     best, results = runner.tune(["a", "b", "c"], lambda r: r["score"], plan)
     assert best == "b"  # c is not finite on its selection seeds, b has the larger mean
     assert {seed for (_, seed) in runner.done} == {100, 101}
     assert [r["seed"] for r in results["b"]] == [100, 101]
+    assert "The choice is among the complete trials." in capsys.readouterr().out  # c's failure, said
+
+
+def test_tuning_where_every_setting_fails_says_so_and_raises(capsys):
+    runner = common.Runner(_record, workers=1)
+    with pytest.raises(RuntimeError, match="every setting of the grid failed: diverged or ruled out"):
+        runner.tune(["a", "b"], lambda r: r["score"], common.SeedPlan(reported=(0,), selection=(100,)),
+                    rule_out=lambda r: "constraint violated")
+    assert "No setting is left to choose" in capsys.readouterr().out
 
 
 def test_tuning_breaks_ties_by_the_settings_order():
