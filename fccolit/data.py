@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import Dataset
 
 from fccolit.io.csr import take_rows
+from fccolit.samplers.base import index_tensor
 
 
 class TensorDictDataset(Dataset):
@@ -50,7 +51,7 @@ class TensorDictDataset(Dataset):
         return {k: v[i] for k, v in self.fields.items()}
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        idx = torch.as_tensor(indices, dtype=torch.long)
+        idx = index_tensor(indices)
         return {k: v.index_select(0, idx) for k, v in self.fields.items()}
 
 

@@ -253,16 +253,9 @@ class IndexedState(nn.Module):
         if index.numel() == 0:
             return
         if index.device.type == "cpu":
-            lo, hi = (int(v) for v in torch.aminmax(index))
-            if lo < 0 or hi >= self.num_rows:
-                bad = lo if lo < 0 else hi
-                raise IndexError(
-                    f"state '{self.name}' has {self.num_rows} rows but the batch holds index {bad}. The state size "
-                    "comes from the DataModule's sizes (linked to the model by the CLI): check that the model was "
-                    "built for this data, and that the batch field holding the index is the right one."
-                )
-            # min and max propagate NaN and show ±inf: one reduction tells whether every value is finite
-            if not all(math.isfinite(float(v)) for v in torch.aminmax(estimate)):
+            # the index range is checked where the rows are read (:meth:`_stored_rows`: index_select raises on CPU);
+            # a sum is NaN or ±inf when any value is (in float64: no float32 overflow), one reduction and one read
+            if not math.isfinite(float(estimate.sum(dtype=torch.float64))):
                 raise FloatingPointError(
                     f"state '{self.name}': the inner estimate has non-finite values at batch positions "
                     f"{torch.nonzero(~torch.isfinite(estimate).all(-1)).flatten()[:10].tolist()}: the model produced "
@@ -272,6 +265,24 @@ class IndexedState(nn.Module):
             torch._assert_async(
                 ((index >= 0) & (index < self.num_rows)).all(), f"state '{self.name}': index out of range"
             )
+
+    def _stored_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """``value[rows]``; on CPU an index outside ``[0, num_rows)`` raises an ``IndexError`` that says where the
+        state size comes from (the range is checked here, by the read itself, rather than by a reduction and two
+        host reads at every step)."""
+        try:
+            return self.value.index_select(0, rows)
+        except (IndexError, RuntimeError):
+            if rows.device.type != "cpu" or rows.numel() == 0:
+                raise
+            lo, hi = (int(v) for v in torch.aminmax(rows))
+            if lo >= 0 and hi < self.num_rows:
+                raise
+            raise IndexError(
+                f"state '{self.name}' has {self.num_rows} rows but the batch holds index {lo if lo < 0 else hi}. The "
+                "state size comes from the DataModule's sizes (linked to the model by the CLI): check that the model "
+                "was built for this data, and that the batch field holding the index is the right one."
+            ) from None
 
     # ------------------------------------------------------------------ update
     @torch.no_grad()
@@ -332,7 +343,7 @@ class IndexedState(nn.Module):
             corr = None if all_corr is None else torch.zeros_like(est).index_add_(0, inverse, all_corr) / counts
             local = inverse
 
-        stored = self.value.index_select(0, rows)
+        stored = self._stored_rows(rows)
         unvisited = torch.isnan(stored)  # rows are NaN in every component or in none
         old = self._settled(stored, rows, unvisited)  # unvisited: U₁ (decayed), or NaN for the first estimate
         first_estimate = self.initial_value is None

@@ -97,13 +97,20 @@ def pairwise_surrogate(name: str, margin: float = 1.0, scale: float = 1.0) -> Ca
         return lambda d: _SquaredHinge.apply(d, float(margin))
     if name == "hinge":
         return lambda d: F.relu(margin + d)
+    scaled = _scaling(scale)
     if name == "logistic":
-        return lambda d: F.softplus(scale * d)
+        return lambda d: F.softplus(scaled(d))
     if name == "sigmoid":
-        return lambda d: torch.sigmoid(scale * d)
+        return lambda d: torch.sigmoid(scaled(d))
     if name == "exp":
-        return lambda d: torch.exp(scale * d)
+        return lambda d: torch.exp(scaled(d))
     raise ValueError(f"unknown surrogate {name!r}; choose one of {', '.join(SURROGATES)}")
+
+
+def _scaling(scale: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``d ↦ scale · d``, and ``d`` itself at scale 1 (the default): the product is exact there, and skipping it
+    saves a pass over the pair matrix and its backward node at every step."""
+    return (lambda d: d) if scale == 1.0 else (lambda d: scale * d)
 
 
 def pairwise_surrogate_with_slope(
@@ -117,16 +124,21 @@ def pairwise_surrogate_with_slope(
         return squared_hinge
     if name == "hinge":
         return lambda d: ((d + margin).clamp_min_(0.0), (d > -margin).to(d.dtype))
+    scaled = _scaling(scale)
     if name == "logistic":
-        return lambda d: (F.softplus(scale * d), torch.sigmoid(scale * d).mul_(scale))
+        def logistic(d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            x = scaled(d)
+            slope = torch.sigmoid(x)
+            return F.softplus(x), (slope if scale == 1.0 else slope.mul_(scale))
+        return logistic
     if name == "sigmoid":
         def sigmoid(d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            value = torch.sigmoid(scale * d)
+            value = torch.sigmoid(scaled(d))
             return value, value * (1.0 - value) * scale
         return sigmoid
     if name == "exp":
         def exp(d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            value = torch.exp(scale * d)
+            value = torch.exp(scaled(d))
             return value, value * scale
         return exp
     raise ValueError(f"unknown surrogate {name!r}; choose one of {', '.join(SURROGATES)}")

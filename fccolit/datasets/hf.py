@@ -16,6 +16,7 @@ from fccolit.data import binary_fields
 from fccolit.datasets.images import IMAGENET_MEAN, IMAGENET_STD, batch_draw_keys, random_crop_flip
 from fccolit.datasets.scaling import FeatureScaler
 from fccolit.datasets.splits import stratified_split
+from fccolit.samplers.base import index_tensor
 
 __all__ = [
     "ArrowRowsDataset", "arrow_features", "split_features", "hold_out", "select_rows", "binary_labels", "without_inputs",
@@ -110,7 +111,7 @@ class ArrowRowsDataset(Dataset):
         return {k: v[0] for k, v in self.__getitems__([i]).items()}
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        idx = torch.as_tensor(list(indices), dtype=torch.long)
+        idx = index_tensor(indices)
         rows = self.table[idx.tolist()]
         x = self._images(rows[self.image_column], indices) if self.image_column else self._features(rows)
         return {"x": x, **{k: v.index_select(0, idx) for k, v in self.fields.items()}}

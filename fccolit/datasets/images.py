@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from fccolit.samplers.base import index_tensor
 from fccolit.samplers.ranking import batch_integers, batch_words
 
 __all__ = [
@@ -164,7 +165,7 @@ class ImageFileDataset(Dataset):
         return {k: v[0] for k, v in self.__getitems__([i]).items()}
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        idx = torch.as_tensor(list(indices), dtype=torch.long)
+        idx = index_tensor(indices)
         keys = batch_draw_keys(indices)
         if keys is None:
             x = torch.stack([self.image(int(i)) for i in idx])
@@ -232,7 +233,7 @@ class ImageArrayDataset(Dataset):
         return {k: v[0] for k, v in self.__getitems__([i]).items()}
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        idx = torch.as_tensor(list(indices), dtype=torch.long)
+        idx = index_tensor(indices)
         pixels = np.ascontiguousarray(self.images[self.rows[idx.numpy()]])
         x = torch.from_numpy(pixels).permute(0, 3, 1, 2)  # [B, 3, H, W] uint8
         if self.augment:

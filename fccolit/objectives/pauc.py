@@ -159,16 +159,23 @@ def _whole_and_fraction(level: float, n: int) -> tuple[int, float]:
 
 
 def ranked_range_mean(
-    values: torch.Tensor, alpha: float, beta: float, weights: torch.Tensor | None = None
+    values: torch.Tensor, alpha: float, beta: float, weights: torch.Tensor | None = None,
+    column_scores: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean of the entries ranked in the top ``(α, β]`` share along the last dimension.
 
     ``(φ_{βW}(S) − φ_{αW}(S)) / ((β − α)W)`` with ``W`` the total weight (``N`` without weights): with integer
     ``m = αN``, ``n = βN`` this is ``(1/(n − m)) Σ_{k=m+1}^{n} s_[k]``, Yao, Lin & Yang eq. (3) for one positive.
+
+    ``column_scores`` (``[N]``, unweighted only): numbers that order the columns as every row's entries are ordered
+    (:attr:`RankedRangeBatch.column_scores`), so one sort of ``N`` numbers replaces the sort of every row.
     """
     if weights is None:  # entries ⌊αN⌋ … ⌊βN⌋ of the sorted row, the two end entries by their fractional shares
         n = values.shape[-1]
-        s = torch.sort(values, dim=-1, descending=True).values
+        if column_scores is None:
+            s = torch.sort(values, dim=-1, descending=True).values
+        else:
+            s = values.index_select(-1, torch.argsort(column_scores, descending=True))
         (k_low, f_low), (k_high, f_high) = (_whole_and_fraction(level * n, n) for level in (alpha, beta))
         total = s[..., k_low:k_high].sum(-1)
         if f_high > 0.0:
@@ -193,6 +200,9 @@ class RankedRangeBatch:
         losses: ``[R, J]`` the entries ``s_rj`` (differentiable w.r.t. the scores).
         weights: ``[J]`` importance weights of the columns, so that ``mean_j w_j x_j`` estimates the mean over the
             whole population of columns (None: the columns are a uniform sample, all weights 1).
+        column_scores: ``[J]`` (detached) numbers that rank the columns as every row ranks its entries: a larger
+            number, a larger entry in each row (pAUC: the negatives' scores, as ``ℓ(h_j − h_i)`` is non-decreasing in
+            ``h_j``), so a ranking needs one sort of J numbers instead of one per row; None: no such order.
 
     The objectives' :meth:`RankedRangeObjective.losses` build it; a plain container, it checks nothing.
 
@@ -206,6 +216,7 @@ class RankedRangeBatch:
     index: torch.Tensor
     losses: torch.Tensor
     weights: torch.Tensor | None = None
+    column_scores: torch.Tensor | None = None
 
 
 #: the FCCO interface (:class:`~fccolit.objectives.FCCOObjective`) that ranked-range objectives do not have
@@ -413,8 +424,10 @@ class PartialAUCRangeSurrogate(RankedRangeObjective):
         y = batch["y"].reshape(-1)
         pos = (y == 1).nonzero().flatten()
         neg = (y != 1).nonzero().flatten()
-        margins = s.index_select(0, neg).unsqueeze(0) - s.index_select(0, pos).unsqueeze(1)  # h_j⁻ − h_i⁺
-        return RankedRangeBatch(index=batch["pos_index"].reshape(-1).index_select(0, pos), losses=self.loss(margins))
+        negatives = s.index_select(0, neg)
+        margins = negatives.unsqueeze(0) - s.index_select(0, pos).unsqueeze(1)  # h_j⁻ − h_i⁺
+        return RankedRangeBatch(index=batch["pos_index"].reshape(-1).index_select(0, pos), losses=self.loss(margins),
+                                column_scores=negatives.detach())
 
     def component_score_gradient(
         self, scores: torch.Tensor, batch: dict[str, torch.Tensor], share: float, chunk_rows: int = 1024

@@ -166,6 +166,24 @@ def test_unweighted_ranked_range_mean_equals_the_share_form_in_value_and_gradien
             assert torch.allclose(fast.grad, shares.grad, atol=1e-12, rtol=0), (n, alpha, beta)
 
 
+@pytest.mark.parametrize("surrogate", ["logistic", "squared_hinge", "hinge", "sigmoid", "exp"])
+def test_pauc_column_scores_rank_every_row_as_its_own_sort(surrogate):
+    """PartialAUCRangeSurrogate's batches carry the negatives' scores as ``column_scores``: ℓ(h_j − h_i) is
+    non-decreasing in h_j, so ordering the columns by them sorts every row, and the ranked-range mean read that way
+    (one sort of J numbers) equals the mean from each row's own sort, in float32, with tied scores among the
+    negatives, at integer and fractional levels."""
+    g = torch.Generator().manual_seed(5)
+    scores = torch.randn(48, generator=g)
+    scores[20:26] = scores[19]  # ties among the columns
+    y = (torch.arange(48) % 4 == 0).long()
+    batch = {"y": y, "pos_index": torch.where(y == 1, torch.cumsum(y, 0) - 1, -1)}
+    rr = PartialAUCRangeSurrogate(0.05, 0.5, surrogate=surrogate, scale=2.0).losses(scores, batch)
+    assert rr.column_scores is not None and rr.column_scores.shape == (36,) and not rr.column_scores.requires_grad
+    for alpha, beta in ((0.05, 0.5), (0.0, 1.0), (0.1, 0.3), (0.25, 0.5)):
+        ordered = ranked_range_mean(rr.losses.detach(), alpha, beta, column_scores=rr.column_scores)
+        assert torch.equal(ordered, ranked_range_mean(rr.losses.detach(), alpha, beta)), (alpha, beta)
+
+
 def test_pauc_objective_is_eq_3_by_brute_force_and_dc_parts():
     x, y = shifted_gaussians(7, 40, 3)
     batch = binary_fields(x, y)

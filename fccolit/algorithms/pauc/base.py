@@ -186,7 +186,8 @@ class RankedRangeModule(LoopPosition, FCCOModule):
         """Log the batch's ranked-range mean (``train/objective``, the estimate of objective (3) at the live
         parameters, not the surrogate) and the loop counters (``train/<key>``)."""
         with torch.no_grad():
-            estimate = ranked_range_mean(rr.losses.detach(), self.objective.alpha, self.objective.beta, rr.weights)
+            estimate = ranked_range_mean(rr.losses.detach(), self.objective.alpha, self.objective.beta, rr.weights,
+                                         None if rr.weights is not None else rr.column_scores)
         self.log_objective_estimate(estimate)
         self.log_loop(**counters, grad_evals=self.loop["grad_evals"])
 

@@ -80,12 +80,14 @@ class ThresholdTracker(nn.Module):
         return self.state.value[:, 0]
 
     def read(self, rr: RankedRangeBatch, share: float, init: str | float) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(λ [R], losses [R, J])`` for the batch's rows, in the state's dtype (detached); a row visited for the
-        first time gets its start value (see the class docstring)."""
-        losses = rr.losses.detach().to(self.state.value.dtype)
+        """``(λ [R], losses [R, J])`` for the batch's rows: λ in the state's dtype, the losses detached in their own
+        (a comparison with λ promotes them exactly, without a float64 copy of the matrix at every step); a row
+        visited for the first time gets its start value (see the class docstring)."""
+        detached = rr.losses.detach()
         lam = self.values.index_select(0, rr.index)
         first = torch.isnan(lam)
         if bool(first.any()):
+            losses = detached.to(lam.dtype)
             if init == "batch":
                 weights = None if rr.weights is None else rr.weights.to(losses.dtype)
                 total = losses.shape[-1] if weights is None else float(weights.sum())
@@ -94,7 +96,7 @@ class ThresholdTracker(nn.Module):
             else:
                 start = torch.full_like(lam, float(init))
             lam = torch.where(first, start, lam)
-        return lam, losses
+        return lam, detached
 
     @torch.no_grad()
     def accumulate(self, index: torch.Tensor, lam: torch.Tensor, step: int) -> None:
