@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["fcco_overhead", "op_count", "libauc_compare", "ndcg_eval", "state_scale", "step_overhead", "song_step", "ranking_data", "image_loaders", "bias_floor",
+ORDER = ["fcco_overhead", "op_count", "cold_ops", "libauc_compare", "ndcg_eval", "state_scale", "step_overhead", "song_step", "ranking_data", "image_loaders", "bias_floor",
          "gdro_synthetic", "handwritten", "redesign_overhead"]
 HEADER = """# Benchmark results
 

@@ -11,6 +11,7 @@ Runs, each writing its ``benchmarks/results/<name>.md``, then assembles ``benchm
 
 * ``fcco_overhead.py``: SONG, K-SONG, ADAP, SONEX, PAUCRange steps versus a plain step, one process and DDP × 2;
 * ``op_count.py``: the same cases' tensor operations per step, FCCO against plain (machine-independent);
+* ``cold_ops.py``: a small operation's cost inside a step (after the model's products) against back to back;
 * ``libauc_compare.py``: against LibAUC (AP + dual sampler, SONG + NeuMF, full-ranking NDCG@k), when installed;
 * ``ndcg_eval.py``: the full-ranking NDCG@k metric alone against LibAUC's ``ndcg_at_k``;
 * ``state_scale.py``: per-index state bytes per pair and update time for n = 10^5 … 10^8;
@@ -106,6 +107,8 @@ def main() -> None:
             counts = op_count.run(args.quick, tmp / "data")
             op_count.write_result("op_count", op_count.report(counts, command))
             extra_ops += [f - p for name, (p, f) in counts.items() if not name.startswith("↳")]
+        if "cold_ops" not in args.skip:  # why the step ratios follow the operation count: an operation inside a step
+            sub(["benchmarks/cold_ops.py", *quick, "--write"])
         if "libauc_compare" not in args.skip:
             results = libauc_compare.run(args.quick)
             text = libauc_compare.report(results, command)

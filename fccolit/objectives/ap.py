@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 import torch
+import torch.nn.functional as F
 
 from fccolit._checks import check_choice
 from fccolit.objectives.base import FCCOObjective, InnerBatch
@@ -146,7 +147,7 @@ class AveragePrecisionSurrogate(FCCOObjective):
         s = self._scores(scores)
         y = batch["y"].reshape(-1).to(s.dtype)
         anchors = (batch["pos_index"].reshape(-1) >= 0).nonzero().flatten()
-        per_sample = torch.stack([y, torch.ones_like(y)], dim=-1)  # [B, 2]: (1[y_j = 1], 1)
+        per_sample = F.pad(y.unsqueeze(-1), (0, 1), value=1.0)  # [B, 2]: (1[y_j = 1], 1)
         if "task" not in batch and self.inner_estimator == "batch_mean":
             # ℓ(s_j − s_i) @ per_sample / B as one autograd node with a closed-form backward (the hot path)
             value = pairwise_weighted_sum(s, anchors, per_sample / s.shape[0], self.loss_with_slope)  # [P, 2]
@@ -197,7 +198,8 @@ class AveragePrecisionSurrogate(FCCOObjective):
         return -u[:, 0] / u[:, 1]
 
     def outer_grad(self, u: torch.Tensor, context: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.stack([-1.0 / u[:, 1], u[:, 0] / u[:, 1].square()], dim=-1)
+        u_all = u[:, 1]
+        return torch.stack([-1.0 / u_all, u[:, 0] / u_all.square()], dim=-1)
 
     def omega(self, sizes: dict[str, int]) -> tuple[tuple[float | None, float], tuple[float, float]]:
         """Ω as ``((lower_1, lower_2), (upper_1, upper_2))`` for the estimator and scale (class docstring)."""

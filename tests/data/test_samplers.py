@@ -108,3 +108,24 @@ def test_sequential_shards_cover_the_data_once(world):
     seen = sorted(i for s in shards for b in s for i in b)
     assert seen == list(range(10))
     assert all(len(s) == 3 for s in shards)  # every rank runs the same number of batches
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_batches_keep_their_index_tensor_for_the_dataset(world):
+    """A sampler's batch keeps this rank's indices as a tensor too (``index_tensor`` hands it to ``__getitems__``
+    without a list-to-tensor conversion); it equals the list, its positions are the rank's slots of the global
+    batch, and a pickled batch (a DataLoader worker's copy) falls back to converting the list."""
+    import pickle
+
+    from fccolit.data import TensorDictDataset
+    from fccolit.samplers.base import index_tensor
+
+    sampler = DualSampler(LABELS, 16, 8, seed=3, rank=world - 1, world_size=world)
+    dataset = TensorDictDataset(x=torch.arange(100.0).unsqueeze(1), y=LABELS)
+    for batch in batches(sampler):
+        kept = index_tensor(batch)
+        assert kept is batch.ids_tensor and kept.dtype == torch.long and kept.tolist() == list(batch)
+        assert batch.positions == list(range(world - 1, 16, world))
+        assert dataset.__getitems__(batch)["x"][:, 0].tolist() == [float(i) for i in batch]
+        copy = pickle.loads(pickle.dumps(batch))
+        assert copy.ids_tensor is None and torch.equal(index_tensor(copy), kept) and copy.positions == batch.positions
