@@ -64,6 +64,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fccolit.samplers.base import index_tensor
+
 __all__ = ["MAX_RELEVANCE", "OTHERS_STREAM", "POSITIVES_STREAM", "SHUFFLE_STREAM", "as_tensor", "batch_keys", "check_ids"]
 
 #: The largest relevance grade a learning-to-rank table may hold (grades are integers 0..MAX_RELEVANCE). The gain
@@ -83,7 +85,7 @@ def batch_keys(indices) -> tuple[np.ndarray, int, np.ndarray]:
     A :class:`~fccolit.samplers.ranking.QueryBatch` carries its seed and positions; any other sequence (a plain
     list, ``dataset[i]``) gets seed 0 and positions ``0..n−1``: a fixed draw, the same at every call.
     """
-    ids = np.asarray(list(indices), dtype=np.int64)
+    ids = index_tensor(indices).numpy()  # a sampler's batch hands over its tensor: no list conversion
     seed = getattr(indices, "seed", 0)
     positions = getattr(indices, "positions", None)
     positions = np.arange(ids.size, dtype=np.int64) if positions is None else np.asarray(positions, dtype=np.int64)
