@@ -196,7 +196,7 @@ class IndexedState(nn.Module):
     def read(self, rows: torch.Tensor) -> torch.Tensor:
         """``[R, dim]``: the current value of ``rows`` (``[R]`` long) with any pending lazy decay applied (unvisited
         rows: U₁ decayed like any row, or NaN with ``initial="first_estimate"``)."""
-        return self._settled(self.value.index_select(0, rows), rows)
+        return self._settled(self._stored_rows(rows), rows)
 
     def _settled(self, u: torch.Tensor, rows: torch.Tensor, unvisited: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`read` from the stored rows ``u = value[rows]`` (``unvisited``: ``isnan(u)`` when already known)."""

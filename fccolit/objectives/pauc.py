@@ -167,8 +167,9 @@ def ranked_range_mean(
     ``(φ_{βW}(S) − φ_{αW}(S)) / ((β − α)W)`` with ``W`` the total weight (``N`` without weights): with integer
     ``m = αN``, ``n = βN`` this is ``(1/(n − m)) Σ_{k=m+1}^{n} s_[k]``, Yao, Lin & Yang eq. (3) for one positive.
 
-    ``column_scores`` (``[N]``, unweighted only): numbers that order the columns as every row's entries are ordered
-    (:attr:`RankedRangeBatch.column_scores`), so one sort of ``N`` numbers replaces the sort of every row.
+    ``column_scores`` (``[N]``): numbers that order the columns as every row's entries are ordered
+    (:attr:`RankedRangeBatch.column_scores`), so one sort of ``N`` numbers replaces the sort of every row (read
+    without ``weights``; the weighted form sorts each row with its weights).
     """
     if weights is None:  # entries ⌊αN⌋ … ⌊βN⌋ of the sorted row, the two end entries by their fractional shares
         n = values.shape[-1]

@@ -159,6 +159,8 @@ def test_index_out_of_range_is_a_clear_error():
         s.update(torch.tensor([1, 7]), torch.zeros(2, 1, dtype=f64), ema_weight=0.5)
     with pytest.raises(IndexError, match="index -1"):
         s.update(torch.tensor([-1]), torch.zeros(1, 1, dtype=f64), ema_weight=0.5)
+    with pytest.raises(IndexError, match="has 5 rows but the batch holds index 5"):  # a read names it too
+        s.read(torch.tensor([0, 5]))
     assert not s.visited().any()  # nothing half-written
 
 

@@ -187,7 +187,7 @@ class RankedRangeModule(LoopPosition, FCCOModule):
         parameters, not the surrogate) and the loop counters (``train/<key>``)."""
         with torch.no_grad():
             estimate = ranked_range_mean(rr.losses.detach(), self.objective.alpha, self.objective.beta, rr.weights,
-                                         None if rr.weights is not None else rr.column_scores)
+                                         rr.column_scores)
         self.log_objective_estimate(estimate)
         self.log_loop(**counters, grad_evals=self.loop["grad_evals"])
 
