@@ -254,8 +254,9 @@ class IndexedState(nn.Module):
             return
         if index.device.type == "cpu":
             # the index range is checked where the rows are read (:meth:`_stored_rows`: index_select raises on CPU);
-            # a sum is NaN or ±inf when any value is (in float64: no float32 overflow), one reduction and one read
-            if not math.isfinite(float(estimate.sum(dtype=torch.float64))):
+            # a sum is NaN or ±inf when any value is (in float64: no float32 overflow), one reduction and one read;
+            # a float64 sum that overflows on finite values is told apart on that rare path only
+            if not math.isfinite(float(estimate.sum(dtype=torch.float64))) and not bool(torch.isfinite(estimate).all()):
                 raise FloatingPointError(
                     f"state '{self.name}': the inner estimate has non-finite values at batch positions "
                     f"{torch.nonzero(~torch.isfinite(estimate).all(-1)).flatten()[:10].tolist()}: the model produced "
@@ -272,9 +273,7 @@ class IndexedState(nn.Module):
         host reads at every step)."""
         try:
             return self.value.index_select(0, rows)
-        except (IndexError, RuntimeError):
-            if rows.device.type != "cpu" or rows.numel() == 0:
-                raise
+        except IndexError:  # CPU only: an accelerator's index_select fails on the device instead
             lo, hi = (int(v) for v in torch.aminmax(rows))
             if lo >= 0 and hi < self.num_rows:
                 raise

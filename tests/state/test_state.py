@@ -168,7 +168,12 @@ def test_non_finite_estimate_is_a_clear_error():
     s = make(5, 1)
     with pytest.raises(FloatingPointError, match="non-finite"):
         s.update(torch.tensor([1, 2]), torch.tensor([[1.0], [math.nan]], dtype=f64), ema_weight=0.5)
+    with pytest.raises(FloatingPointError, match=r"positions \[0\]"):
+        s.update(torch.tensor([1, 2]), torch.tensor([[-math.inf], [1.0]], dtype=f64), ema_weight=0.5)
     assert not s.visited().any()
+    big = torch.tensor([[1.5e308], [1.5e308]], dtype=f64)  # finite values whose sum overflows: no error
+    s.update(torch.tensor([1, 2]), big, ema_weight=1.0)
+    assert torch.equal(s.read(torch.tensor([1, 2])), big)
 
 
 def test_shape_errors():
